@@ -1,0 +1,208 @@
+//! The `Action` trait, the closed catalog (`AnyAction`), and what a rebase sees of its peers.
+
+use roaring::RoaringBitmap;
+
+use crate::actions::*;
+use crate::context::TxnContext;
+use crate::path::{ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+/// Row-level facts a rebase may need that live in files, not in actions. The commit layer reads
+/// them (deletion vectors) before the pure driver runs; `None` means unknown, and a rebase that
+/// needs an unknown fact answers Retry.
+pub trait RebaseFacts {
+    /// The row offsets deleted in `fragment` by the deletion file named in `fragment.deletion_file`.
+    fn deleted_rows(&self, fragment: &lance_table::format::Fragment) -> Option<RoaringBitmap>;
+}
+
+/// Facts for callers that have no storage at hand: every row-level fact is unknown.
+pub struct NoFacts;
+
+impl RebaseFacts for NoFacts {
+    fn deleted_rows(&self, fragment: &lance_table::format::Fragment) -> Option<RoaringBitmap> {
+        // A fragment without a deletion file has no deleted rows; that much is known without IO.
+        fragment.deletion_file.is_none().then(RoaringBitmap::new)
+    }
+}
+
+/// What a rebase can consult besides its peers.
+pub struct RebaseCx<'a> {
+    /// The table at our read version.
+    pub base: &'a TableState,
+    /// Our own transaction-level context.
+    pub ours: &'a TxnContext,
+    pub facts: &'a dyn RebaseFacts,
+}
+
+/// One committed peer action whose writes overlap ours, with the overlapping paths.
+#[derive(Clone, Copy)]
+pub struct PeerAction<'a> {
+    pub version: u64,
+    pub action: &'a AnyAction,
+    pub context: &'a TxnContext,
+    pub our_path: &'a ManifestPath,
+    pub their_path: &'a ManifestPath,
+}
+
+impl PeerAction<'_> {
+    fn reason(&self, ours: ActionKind, rule: Rule, detail: impl Into<String>) -> Reason {
+        Reason {
+            rule,
+            ours,
+            peer_version: Some(self.version),
+            peer_action: Some(self.action.kind()),
+            path: Some(self.their_path.clone()),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn retry(&self, ours: ActionKind, rule: Rule, detail: impl Into<String>) -> Verdict {
+        Verdict::Retry(self.reason(ours, rule, detail))
+    }
+
+    pub fn fail(&self, ours: ActionKind, rule: Rule, detail: impl Into<String>) -> Verdict {
+        Verdict::Fail(self.reason(ours, rule, detail))
+    }
+
+    /// The peer replaced the whole baseline (overwrite or restore) or is not understood.
+    pub fn replaced_baseline(&self) -> bool {
+        matches!(self.action, AnyAction::ResetTable(_) | AnyAction::Restore(_))
+    }
+
+    pub fn is_opaque(&self) -> bool {
+        matches!(self.action, AnyAction::Opaque(_))
+    }
+
+    /// The usual answer when a peer replaced the baseline or is opaque: nothing we planned holds.
+    pub fn baseline_verdict(&self, ours: ActionKind) -> Option<Verdict> {
+        if self.is_opaque() {
+            Some(self.fail(ours, Rule::Opaque, "the committed operation is not understood"))
+        } else if self.replaced_baseline() {
+            Some(self.fail(ours, Rule::BaselineReplaced, "the table was replaced after our read"))
+        } else {
+            None
+        }
+    }
+}
+
+/// Validation failure: the action's precondition does not hold on the state it is applied to.
+pub fn invalid(ours: ActionKind, detail: impl Into<String>) -> Reason {
+    Reason {
+        rule: Rule::Invalid,
+        ours,
+        peer_version: None,
+        peer_action: None,
+        path: None,
+        detail: detail.into(),
+    }
+}
+
+/// One step of a transaction. Each implementation lives in its own module under `actions/` and owns
+/// its definition, masks, rebase, apply and encoding.
+pub trait Action {
+    fn kind(&self) -> ActionKind;
+    /// Paths whose committed change invalidates what this action planned.
+    fn reads(&self) -> Mask;
+    /// Paths this action changes.
+    fn writes(&self) -> Mask;
+    /// Does the precondition hold on `state`? Pure.
+    fn validate(&self, state: &TableState) -> Result<(), Reason>;
+    /// Called only with peers whose writes overlap our reads or writes. May adjust `self` (trim an
+    /// index's coverage, mark a deletion vector for union) and answers for this action alone.
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict;
+    /// Apply to the in-progress state; late-bound outputs (fragment ids) go to `txn`.
+    fn apply(&self, state: &mut TableState, txn: &mut TxnContext);
+}
+
+macro_rules! catalog {
+    ($($name:ident => $module:ident),* $(,)?) => {
+        /// Every action kind, as a tag.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ActionKind {
+            $($name,)*
+            /// The transaction-level context (MemWAL compaction progress), checked like an action.
+            TxnContext,
+        }
+
+        impl ActionKind {
+            pub const ALL: &'static [ActionKind] = &[$(ActionKind::$name,)*];
+        }
+
+        /// The closed catalog of actions.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum AnyAction {
+            $($name($module::$name),)*
+        }
+
+        $(impl From<$module::$name> for AnyAction {
+            fn from(a: $module::$name) -> Self { AnyAction::$name(a) }
+        })*
+
+        impl AnyAction {
+            /// Encode into the wire format; each action module owns its message.
+            pub fn encode(&self) -> crate::codec::proto::Action {
+                use crate::codec::proto::action::Kind;
+                crate::codec::proto::Action { kind: Some(match self { $(AnyAction::$name(a) => Kind::$name(a.encode()),)* }) }
+            }
+
+            /// Decode from the wire format. An action kind this build does not know is an error.
+            pub fn decode(p: crate::codec::proto::Action) -> crate::error::Result<Self> {
+                use crate::codec::proto::action::Kind;
+                match p.kind {
+                    $(Some(Kind::$name(k)) => Ok(AnyAction::$name($module::$name::decode(k)?)),)*
+                    None => Err(crate::codec::corrupt(
+                        "an action kind this build does not understand (written by a newer lance-actions?)",
+                    )),
+                }
+            }
+        }
+
+        impl Action for AnyAction {
+            fn kind(&self) -> ActionKind {
+                match self { $(AnyAction::$name(a) => a.kind(),)* }
+            }
+            fn reads(&self) -> Mask {
+                match self { $(AnyAction::$name(a) => a.reads(),)* }
+            }
+            fn writes(&self) -> Mask {
+                match self { $(AnyAction::$name(a) => a.writes(),)* }
+            }
+            fn validate(&self, state: &TableState) -> Result<(), Reason> {
+                match self { $(AnyAction::$name(a) => a.validate(state),)* }
+            }
+            fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+                match self { $(AnyAction::$name(a) => a.rebase(cx, peers),)* }
+            }
+            fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+                match self { $(AnyAction::$name(a) => a.apply(state, txn),)* }
+            }
+        }
+    };
+}
+
+catalog! {
+    AddFragments => add_fragments,
+    RemoveFragments => remove_fragments,
+    UpdateDeletionVector => update_deletion_vector,
+    ReplaceFragmentColumns => replace_fragment_columns,
+    AddOverlay => add_overlay,
+    RewriteFragments => rewrite_fragments,
+    MergeColumns => merge_columns,
+    InvalidateIndexCoverage => invalidate_index_coverage,
+    AddIndex => add_index,
+    RemoveIndex => remove_index,
+    ChangeSchema => change_schema,
+    ResetTable => reset_table,
+    UpdateConfig => update_config,
+    AddBases => add_bases,
+    ReserveFragmentIds => reserve_fragment_ids,
+    Restore => restore,
+    CloneTable => clone_table,
+    Opaque => opaque,
+}
+
+/// Fold per-peer answers into one verdict: the worst wins, and the first of equals is kept.
+pub fn fold_verdicts<'a>(peers: &[PeerAction<'a>], mut f: impl FnMut(&PeerAction<'a>) -> Verdict) -> Verdict {
+    peers.iter().fold(Verdict::Ok, |acc, p| acc.worst(f(p)))
+}

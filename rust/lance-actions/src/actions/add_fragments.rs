@@ -1,0 +1,170 @@
+//! AddFragments: new fragments, ids bound at apply time, optionally with the set of keys they insert.
+//!
+//! Lowers to `Append.fragments` or `Update.new_fragments` (+ `inserted_rows_filter`), or to the
+//! fragments of an `Overwrite`. The key set is what makes keyed inserts fence each other: Lance's
+//! own bloom filter is kept for Lance's resolver, and an exact 64-bit key-hash set, when present,
+//! decides intersections exactly.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::format::key_existence::KeyExistenceFilter;
+use crate::keys::KeyHashSet;
+use lance_table::format::Fragment;
+
+use super::{fragment_fields, supplier_reads, supplier_writes};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::keys::InsertedKeys;
+use crate::path::{KeyKind, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddFragments {
+    /// New fragments. Their `id` is ignored and bound at apply time.
+    pub fragments: Vec<Fragment>,
+    /// The keys these fragments insert, if the writer declared them.
+    pub keys: Option<InsertedKeys>,
+}
+
+impl AddFragments {
+    fn inserts_rows(&self) -> bool {
+        !self.fragments.is_empty()
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::AddFragments;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match (peer.action, peer.their_path) {
+            (AnyAction::ChangeSchema(cs), _) if !cs.preserves_nullability => peer.retry(
+                K,
+                Rule::SchemaChanged,
+                "the committed schema change may tighten nullability of values we write",
+            ),
+            (AnyAction::AddFragments(theirs), _) => self.rebase_against_insert(peer, theirs),
+            // A committed in-place write of a key column changes keys we cannot see.
+            (_, ManifestPath::FieldValues { field }) if self.key_fields().contains(field) => peer.retry(
+                K,
+                Rule::KeysUnverifiable,
+                format!("the committed action rewrote values of key field {field}"),
+            ),
+            _ => Verdict::Ok,
+        }
+    }
+
+    fn key_fields(&self) -> Vec<i32> {
+        self.keys.as_ref().map(|k| k.field_ids().to_vec()).unwrap_or_default()
+    }
+
+    /// Two inserts commute unless keys may collide. Symmetric by design (RFC-023 §5.3): an undeclared
+    /// insert conflicts with a keyed one in both commit orders.
+    fn rebase_against_insert(&self, peer: &PeerAction<'_>, theirs: &AddFragments) -> Verdict {
+        const K: ActionKind = ActionKind::AddFragments;
+        if !theirs.inserts_rows() {
+            return Verdict::Ok;
+        }
+        match (&self.keys, &theirs.keys) {
+            (None, None) => Verdict::Ok,
+            (Some(_), None) => {
+                peer.retry(K, Rule::KeysUnverifiable, "the committed insert declared no keys")
+            }
+            (None, Some(_)) => peer.retry(
+                K,
+                Rule::KeysUnverifiable,
+                "we insert undeclared keys into a table a committed keyed insert fenced",
+            ),
+            (Some(ours), Some(theirs)) => match ours.may_intersect(theirs) {
+                Ok(false) => Verdict::Ok,
+                Ok(true) => peer.retry(K, Rule::KeysIntersect, ours.describe_intersection(theirs)),
+                Err(why) => peer.retry(K, Rule::KeysUnverifiable, why),
+            },
+        }
+    }
+}
+
+impl Action for AddFragments {
+    fn kind(&self) -> ActionKind {
+        ActionKind::AddFragments
+    }
+
+    fn reads(&self) -> Mask {
+        let mut mask = supplier_reads(&fragment_fields(&self.fragments));
+        if self.keys.is_some() {
+            mask.push(ManifestPath::UnenforcedKey(KeyKind::Primary));
+        }
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        if !self.inserts_rows() {
+            return Mask::new();
+        }
+        let mut mask = Mask::new()
+            .with(ManifestPath::FragmentSet)
+            .with(ManifestPath::FragmentIdCounter)
+            .with(ManifestPath::RowIdCounter);
+        mask.extend(supplier_writes(&fragment_fields(&self.fragments)));
+        mask
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        // A deletion file's path embeds its fragment's id, so a fragment whose id is not yet bound
+        // cannot carry one (Lance rejects it at commit; we reject it before any IO).
+        match self.fragments.iter().find(|f| f.deletion_file.is_some()) {
+            Some(f) => Err(invalid(
+                ActionKind::AddFragments,
+                format!("new fragment (given id {}) carries a deletion file", f.id),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(p))
+    }
+
+    fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+        for fragment in &self.fragments {
+            let id = state.allocate_fragment_id();
+            let mut bound = fragment.clone();
+            bound.id = id;
+            state.fragments.insert(id, bound);
+            txn.assigned_fragment_ids.push(id);
+        }
+    }
+}
+
+impl AddFragments {
+    pub(crate) fn encode(&self) -> proto::AddFragments {
+        proto::AddFragments {
+            fragments: self.fragments.iter().map(codec::fragment_bytes).collect(),
+            keys: self.keys.as_ref().map(|k| proto::InsertedKeys {
+                lance_filter: k.lance_filter.as_ref().map(|f| codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(f))),
+                exact: k.exact.as_ref().map(|e| proto::KeyHashSet { field_ids: e.field_ids.clone(), hashes: e.hashes().to_vec() }),
+            }),
+        }
+    }
+
+    pub(crate) fn decode(p: proto::AddFragments) -> Result<Self> {
+        let keys = match p.keys {
+            None => None,
+            Some(k) => {
+                let lance_filter = match k.lance_filter {
+                    None => None,
+                    Some(bytes) => {
+                        let pb: lance_table::format::pb::transaction::KeyExistenceFilter = codec::lance_message(&bytes, "key filter")?;
+                        Some(KeyExistenceFilter::try_from(&pb).map_err(|e| codec::corrupt(format!("key filter: {e}")))?)
+                    }
+                };
+                let exact = k.exact.map(|e| {
+                    let sorted = e.hashes.windows(2).all(|w| w[0] < w[1]);
+                    if sorted { Ok(KeyHashSet::from_hashes(e.field_ids, e.hashes)) } else { Err(codec::corrupt("key hashes are not sorted and unique")) }
+                }).transpose()?;
+                Some(InsertedKeys { lance_filter, exact })
+            }
+        };
+        Ok(Self { fragments: codec::fragments_from(&p.fragments)?, keys })
+    }
+}

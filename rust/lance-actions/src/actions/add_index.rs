@@ -1,0 +1,112 @@
+//! AddIndex: a new index (or a new segment/version of one). Lowers to `CreateIndex.new_indices`.
+//!
+//! Its rebase is where the criterion pattern pays off: a committed update of field 7 wrote "every
+//! index covering field 7", which overlaps this concrete index on field 7, and the rebase trims the
+//! updated fragments from the index's coverage instead of failing.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::format::IndexMetadata;
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::TxnContext;
+use crate::path::{FieldScope, IndexScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddIndex {
+    pub index: IndexMetadata,
+}
+
+impl AddIndex {
+    fn covers(&self, fragment_id: u64) -> bool {
+        match &self.index.fragment_bitmap {
+            None => true,
+            Some(b) => b.contains(fragment_id as u32),
+        }
+    }
+
+    fn trim(&mut self, fragments: impl IntoIterator<Item = u64>) {
+        if let Some(bitmap) = self.index.fragment_bitmap.as_mut() {
+            for id in fragments {
+                bitmap.remove(id as u32);
+            }
+        }
+    }
+
+    fn rebase_one(&mut self, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::AddIndex;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match peer.action {
+            AnyAction::InvalidateIndexCoverage(inv) => {
+                self.trim(inv.fragments.iter().copied());
+                Verdict::Ok
+            }
+            AnyAction::RemoveFragments(rm) => {
+                self.trim(rm.ids.iter().copied());
+                Verdict::Ok
+            }
+            AnyAction::RewriteFragments(rw) => {
+                match rw.old_ids().into_iter().find(|id| self.covers(*id)) {
+                    Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
+                    None => Verdict::Ok,
+                }
+            }
+            AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) => peer.retry(
+                K,
+                Rule::DataFilesChanged,
+                format!("indexed data of fragment {} was replaced", rc.fragment_id()),
+            ),
+            AnyAction::AddIndex(_) | AnyAction::RemoveIndex(_) => {
+                peer.retry(K, Rule::IndexClash, "the committed transaction wrote the same index or index name")
+            }
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for AddIndex {
+    fn kind(&self) -> ActionKind {
+        ActionKind::AddIndex
+    }
+
+    fn reads(&self) -> Mask {
+        let mut mask = Mask::new();
+        for &field in &self.index.fields {
+            mask.push(ManifestPath::field(field, FieldScope::Definition));
+            mask.push(ManifestPath::FragmentsCoveringField { field });
+        }
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new()
+            .with(ManifestPath::Index { uuid: self.index.uuid, fields: self.index.fields.clone(), scope: IndexScope::Whole })
+            .with(ManifestPath::IndexName(self.index.name.clone()))
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(p))
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        state.indices.push(self.index.clone());
+    }
+}
+
+impl AddIndex {
+    pub(crate) fn encode(&self) -> proto::AddIndex {
+        proto::AddIndex { index: codec::index_bytes(&self.index) }
+    }
+
+    pub(crate) fn decode(p: proto::AddIndex) -> Result<Self> {
+        Ok(Self { index: codec::index_from(&p.index)? })
+    }
+}

@@ -1,0 +1,94 @@
+//! AddOverlay: overlay files supplying new values for some cells of a fragment without rewriting its
+//! data files. Lowers to a `DataOverlay` group.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::transaction::DataOverlayGroup;
+
+use super::{file_fields, supplier_reads, supplier_writes};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddOverlay {
+    pub group: DataOverlayGroup,
+}
+
+impl AddOverlay {
+    fn fields(&self) -> std::collections::BTreeSet<i32> {
+        file_fields(self.group.overlays.iter().map(|o| &o.data_file))
+    }
+
+    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::AddOverlay;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match (peer.action, peer.their_path) {
+            (AnyAction::ChangeSchema(cs), _) if !cs.preserves_nullability => {
+                peer.retry(K, Rule::SchemaChanged, "the committed schema change may tighten nullability")
+            }
+            (AnyAction::ChangeSchema(_), _) => Verdict::Ok,
+            // A plain delete leaves overlay cells valid; an update that moves rows out strands them.
+            (AnyAction::UpdateDeletionVector(_), _) if !peer.context.moves_rows() => Verdict::Ok,
+            (AnyAction::UpdateDeletionVector(_), _) => {
+                peer.retry(K, Rule::RowsUnknown, "the committed update moved rows our overlay may cover")
+            }
+            (_, ManifestPath::Fragment { .. }) => {
+                peer.retry(K, Rule::FragmentGone, "the committed transaction removed or rewrote the fragment")
+            }
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for AddOverlay {
+    fn kind(&self) -> ActionKind {
+        ActionKind::AddOverlay
+    }
+
+    fn reads(&self) -> Mask {
+        let id = self.group.fragment_id;
+        let mut mask = supplier_reads(&self.fields());
+        mask.push(ManifestPath::fragment(id, FragmentScope::Existence));
+        mask.push(ManifestPath::fragment(id, FragmentScope::DeletionVector));
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        let mut mask = Mask::new().with(ManifestPath::fragment(self.group.fragment_id, FragmentScope::Overlays));
+        mask.extend(supplier_writes(&self.fields()));
+        mask
+    }
+
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        match state.fragment(self.group.fragment_id) {
+            None => Err(invalid(ActionKind::AddOverlay, format!("fragment {} does not exist", self.group.fragment_id))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, Self::rebase_one)
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        if let Some(f) = state.fragments.get_mut(&self.group.fragment_id) {
+            f.overlays.extend(self.group.overlays.iter().cloned());
+        }
+    }
+}
+
+impl AddOverlay {
+    pub(crate) fn encode(&self) -> proto::AddOverlay {
+        proto::AddOverlay { group: codec::lance_bytes(&lance_table::format::pb::transaction::DataOverlayGroup::from(&self.group)) }
+    }
+
+    pub(crate) fn decode(p: proto::AddOverlay) -> Result<Self> {
+        let pb: lance_table::format::pb::transaction::DataOverlayGroup = codec::lance_message(&p.group, "overlay group")?;
+        Ok(Self { group: codec::lance_convert(pb, "overlay group")? })
+    }
+}

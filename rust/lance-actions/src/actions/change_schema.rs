@@ -1,0 +1,108 @@
+//! ChangeSchema: the schema's post-image from a `Project` (rename, drop, nullability) or a `Merge`
+//! (new columns). Written per field: every field it keeps may have changed, and the criterion
+//! "every field outside the kept set" names what it drops, so a rebase can ask whether a given field
+//! really changed by comparing the post-image with the base.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_core::datatypes::Schema;
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::{OperationKind, TxnContext};
+use crate::path::{ConfigMap, FieldScope, KeyKind, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeSchema {
+    pub schema: Schema,
+    /// False when the change may tighten nullability, a claim proved by scanning at the read version
+    /// that any concurrent value write can falsify.
+    pub preserves_nullability: bool,
+}
+
+impl ChangeSchema {
+    fn field_ids(&self) -> Vec<i32> {
+        self.schema.fields_pre_order().map(|f| f.id).collect()
+    }
+
+    fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::ChangeSchema;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        let ours_is_merge = cx.ours.shell == OperationKind::Merge;
+        match (peer.action, peer.their_path) {
+            // Lance keeps a merge that lands after a projection as incompatible, and every other
+            // pair of concurrent schema changes as retryable.
+            (AnyAction::ChangeSchema(_), _) if ours_is_merge && peer.context.shell == OperationKind::Project => {
+                peer.fail(K, Rule::SchemaChanged, "a projection committed after our merge was planned")
+            }
+            (AnyAction::ChangeSchema(_), _) => peer.retry(K, Rule::SchemaChanged, "the schema changed concurrently"),
+            // A merge restates all schema metadata, so it would silently discard a committed update.
+            (AnyAction::UpdateConfig(_), _) if ours_is_merge => {
+                peer.retry(K, Rule::SchemaChanged, "a committed metadata update would be lost by our merge")
+            }
+            (_, ManifestPath::FieldValues { field }) if !self.preserves_nullability => peer.retry(
+                K,
+                Rule::SchemaChanged,
+                format!("committed values of field {field} may falsify our nullability claim"),
+            ),
+            (AnyAction::MergeColumns(_), _) => peer.retry(K, Rule::SchemaChanged, "a merge changed the fragments"),
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for ChangeSchema {
+    fn kind(&self) -> ActionKind {
+        ActionKind::ChangeSchema
+    }
+
+    fn reads(&self) -> Mask {
+        let mut mask = Mask::new();
+        for id in self.field_ids() {
+            mask.push(ManifestPath::field(id, FieldScope::Definition));
+            if !self.preserves_nullability {
+                mask.push(ManifestPath::FieldValues { field: id });
+            }
+        }
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        let ids = self.field_ids();
+        let mut mask = Mask::new();
+        for &id in &ids {
+            mask.push(ManifestPath::field(id, FieldScope::Definition));
+            mask.push(ManifestPath::ConfigMapWhole(ConfigMap::FieldMetadata(id)));
+        }
+        mask.push(ManifestPath::FieldsOutside { kept: ids });
+        mask.push(ManifestPath::ConfigMapWhole(ConfigMap::SchemaMetadata));
+        mask.push(ManifestPath::UnenforcedKey(KeyKind::Primary));
+        mask.push(ManifestPath::UnenforcedKey(KeyKind::Clustering));
+        mask
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        state.schema = self.schema.clone();
+    }
+}
+
+impl ChangeSchema {
+    pub(crate) fn encode(&self) -> proto::ChangeSchema {
+        proto::ChangeSchema { schema: Some(codec::schema_to_proto(&self.schema)), preserves_nullability: self.preserves_nullability }
+    }
+
+    pub(crate) fn decode(p: proto::ChangeSchema) -> Result<Self> {
+        Ok(Self { schema: codec::schema_from_proto(p.schema)?, preserves_nullability: p.preserves_nullability })
+    }
+}

@@ -1,0 +1,59 @@
+//! CloneTable: the first commit of a shallow clone or branch, referencing another dataset's files.
+//! Lowers to `Clone`. It starts a new history, so nothing can be concurrent with it on that history.
+
+use crate::codec::proto;
+use crate::error::Result;
+use crate::action::{Action, ActionKind, PeerAction, RebaseCx};
+use crate::context::TxnContext;
+use crate::path::Mask;
+use crate::state::TableState;
+use crate::verdict::{Reason, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloneTable {
+    pub is_shallow: bool,
+    pub ref_name: Option<String>,
+    pub ref_version: u64,
+    pub ref_path: String,
+    pub branch_name: Option<String>,
+}
+
+impl Action for CloneTable {
+    fn kind(&self) -> ActionKind {
+        ActionKind::CloneTable
+    }
+
+    fn reads(&self) -> Mask {
+        Mask::new()
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new()
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, _peers: &[PeerAction<'_>]) -> Verdict {
+        Verdict::Ok
+    }
+
+    fn apply(&self, _state: &mut TableState, _txn: &mut TxnContext) {}
+}
+
+impl CloneTable {
+    pub(crate) fn encode(&self) -> proto::CloneTable {
+        proto::CloneTable {
+            is_shallow: self.is_shallow,
+            ref_name: self.ref_name.clone(),
+            ref_version: self.ref_version,
+            ref_path: self.ref_path.clone(),
+            branch_name: self.branch_name.clone(),
+        }
+    }
+
+    pub(crate) fn decode(p: proto::CloneTable) -> Result<Self> {
+        Ok(Self { is_shallow: p.is_shallow, ref_name: p.ref_name, ref_version: p.ref_version, ref_path: p.ref_path, branch_name: p.branch_name })
+    }
+}

@@ -1,0 +1,90 @@
+//! MergeColumns: the complete new fragment list of a `Merge` (every existing fragment with the new
+//! columns' files attached, then any brand-new fragments). It restates every fragment, so any
+//! concurrent change to the fragment list or to a fragment conflicts with it.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::format::Fragment;
+
+use super::{fragment_fields, supplier_writes};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeColumns {
+    pub fragments: Vec<Fragment>,
+}
+
+impl MergeColumns {
+    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::MergeColumns;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match (peer.action, peer.their_path) {
+            (AnyAction::ReserveFragmentIds(_), _) => Verdict::Ok,
+            (_, ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter) => Verdict::Ok,
+            _ => peer.retry(K, Rule::FragmentGone, "the fragment list we restate changed"),
+        }
+    }
+}
+
+impl Action for MergeColumns {
+    fn kind(&self) -> ActionKind {
+        ActionKind::MergeColumns
+    }
+
+    fn reads(&self) -> Mask {
+        let mut mask = Mask::new().with(ManifestPath::FragmentSet);
+        for f in self.fragments.iter().filter(|f| f.id != 0) {
+            mask.push(ManifestPath::fragment(f.id, FragmentScope::Whole));
+        }
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        let mut mask = Mask::new()
+            .with(ManifestPath::FragmentSet)
+            .with(ManifestPath::FragmentIdCounter)
+            .with(ManifestPath::RowIdCounter);
+        for f in self.fragments.iter().filter(|f| f.id != 0) {
+            mask.push(ManifestPath::fragment(f.id, FragmentScope::Whole));
+        }
+        mask.extend(supplier_writes(&fragment_fields(&self.fragments)));
+        mask
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, Self::rebase_one)
+    }
+
+    fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+        state.fragments.clear();
+        for fragment in &self.fragments {
+            let id = if fragment.id == 0 { state.allocate_fragment_id() } else { fragment.id };
+            let mut bound = fragment.clone();
+            bound.id = id;
+            state.fragments.insert(id, bound);
+            if fragment.id == 0 {
+                txn.assigned_fragment_ids.push(id);
+            }
+        }
+    }
+}
+
+impl MergeColumns {
+    pub(crate) fn encode(&self) -> proto::MergeColumns {
+        proto::MergeColumns { fragments: self.fragments.iter().map(codec::fragment_bytes).collect() }
+    }
+
+    pub(crate) fn decode(p: proto::MergeColumns) -> Result<Self> {
+        Ok(Self { fragments: codec::fragments_from(&p.fragments)? })
+    }
+}

@@ -1,0 +1,57 @@
+//! The catalog: one module per action, each owning its definition, masks, rebase and apply.
+//! Encoding lives in `codec`, which maps each action to its own protobuf message.
+
+pub mod add_bases;
+pub mod add_fragments;
+pub mod add_index;
+pub mod add_overlay;
+pub mod change_schema;
+pub mod clone_table;
+pub mod invalidate_index_coverage;
+pub mod merge_columns;
+pub mod opaque;
+pub mod remove_fragments;
+pub mod remove_index;
+pub mod replace_fragment_columns;
+pub mod reserve_fragment_ids;
+pub mod reset_table;
+pub mod restore;
+pub mod rewrite_fragments;
+pub mod update_config;
+pub mod update_deletion_vector;
+
+use std::collections::BTreeSet;
+
+use lance_table::format::{DataFile, Fragment};
+
+use crate::path::{FieldScope, ManifestPath, Mask};
+
+/// Field ids with data in `files` (tombstoned columns, id < 0, excluded), sorted and unique.
+pub(crate) fn file_fields<'a>(files: impl IntoIterator<Item = &'a DataFile>) -> BTreeSet<i32> {
+    files
+        .into_iter()
+        .flat_map(|f| f.fields.iter().copied())
+        .filter(|id| *id >= 0)
+        .collect()
+}
+
+/// Field ids with data in any of `fragments`.
+pub(crate) fn fragment_fields<'a>(fragments: impl IntoIterator<Item = &'a Fragment>) -> BTreeSet<i32> {
+    file_fields(fragments.into_iter().flat_map(|f| f.files.iter()))
+}
+
+/// What a value supplier reads of the schema: each field's definition and nullability, because a
+/// concurrent drop, retype or nullability tightening invalidates the values it wrote.
+pub(crate) fn supplier_reads(fields: &BTreeSet<i32>) -> Mask {
+    let mut mask = Mask::new();
+    for &id in fields {
+        mask.push(ManifestPath::field(id, FieldScope::Definition));
+        mask.push(ManifestPath::field(id, FieldScope::Nullability));
+    }
+    mask
+}
+
+/// The values a supplier writes: one `FieldValues` path per field.
+pub(crate) fn supplier_writes(fields: &BTreeSet<i32>) -> Mask {
+    Mask(fields.iter().map(|&field| ManifestPath::FieldValues { field }).collect())
+}

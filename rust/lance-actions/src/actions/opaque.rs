@@ -1,0 +1,51 @@
+//! Opaque: an operation this build does not understand (Lance's `Unknown`, written by a newer Lance).
+//! It reads and writes the whole table, so it overlaps everything, and its rebase always fails:
+//! nothing we cannot read is ever skipped.
+
+use crate::codec::proto;
+use crate::error::Result;
+use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::TxnContext;
+use crate::path::{ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opaque {
+    /// What was not understood, for messages.
+    pub description: String,
+}
+
+impl Action for Opaque {
+    fn kind(&self) -> ActionKind {
+        ActionKind::Opaque
+    }
+
+    fn reads(&self) -> Mask {
+        Mask::new().with(ManifestPath::Table)
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new().with(ManifestPath::Table)
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| p.fail(ActionKind::Opaque, Rule::Opaque, self.description.clone()))
+    }
+
+    fn apply(&self, _state: &mut TableState, _txn: &mut TxnContext) {}
+}
+
+impl Opaque {
+    pub(crate) fn encode(&self) -> proto::Opaque {
+        proto::Opaque { description: self.description.clone() }
+    }
+
+    pub(crate) fn decode(p: proto::Opaque) -> Result<Self> {
+        Ok(Self { description: p.description })
+    }
+}

@@ -1,0 +1,81 @@
+//! RemoveFragments: fragments leave the table (a delete that emptied them, rows an update moved out).
+//! Lowers to `Delete.deleted_fragment_ids` or `Update.removed_fragment_ids`.
+
+use crate::codec::proto;
+use crate::error::Result;
+use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoveFragments {
+    pub ids: Vec<u64>,
+}
+
+impl RemoveFragments {
+    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::RemoveFragments;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match peer.their_path {
+            ManifestPath::FragmentSet | ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter => {
+                Verdict::Ok
+            }
+            // An overlay on a fragment we remove disappears with it, which is what removal means.
+            ManifestPath::Fragment { scope: FragmentScope::Overlays, .. } => Verdict::Ok,
+            ManifestPath::Fragment { scope: FragmentScope::Existence, .. } => {
+                peer.retry(K, Rule::FragmentGone, "the committed transaction also removed or rewrote it")
+            }
+            // Any other committed change (rows deleted, columns replaced) would be silently lost.
+            _ => peer.retry(K, Rule::RowsOverlap, "the committed transaction changed a fragment we remove"),
+        }
+    }
+}
+
+impl Action for RemoveFragments {
+    fn kind(&self) -> ActionKind {
+        ActionKind::RemoveFragments
+    }
+
+    fn reads(&self) -> Mask {
+        Mask(self.ids.iter().map(|&id| ManifestPath::fragment(id, FragmentScope::Whole)).collect())
+    }
+
+    fn writes(&self) -> Mask {
+        let mut mask = Mask::new().with(ManifestPath::FragmentSet);
+        for &id in &self.ids {
+            mask.push(ManifestPath::fragment(id, FragmentScope::Existence));
+        }
+        mask
+    }
+
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        match self.ids.iter().find(|id| state.fragment(**id).is_none()) {
+            Some(id) => Err(invalid(ActionKind::RemoveFragments, format!("fragment {id} does not exist"))),
+            None => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, Self::rebase_one)
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        for id in &self.ids {
+            state.fragments.remove(id);
+        }
+    }
+}
+
+impl RemoveFragments {
+    pub(crate) fn encode(&self) -> proto::RemoveFragments {
+        proto::RemoveFragments { ids: self.ids.clone() }
+    }
+
+    pub(crate) fn decode(p: proto::RemoveFragments) -> Result<Self> {
+        Ok(Self { ids: p.ids })
+    }
+}

@@ -1,0 +1,177 @@
+//! ReplaceFragmentColumns: new data files for some columns of an existing fragment.
+//!
+//! Two Lance shapes lower here: a `DataReplacement` group (one data file replacing a column set, as
+//! in null-column population) and an updated fragment of an `Update` in `RewriteColumns` mode (the
+//! fragment's post-image, whose modified columns are `fields`).
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use std::collections::BTreeSet;
+
+use lance_table::format::{DataFile, Fragment};
+
+use super::{file_fields, supplier_reads, supplier_writes};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnTarget {
+    /// `DataReplacementGroup(fragment_id, file)`.
+    File { fragment_id: u64, file: DataFile },
+    /// An `Update` (RewriteColumns) post-image; `fields` are the update's `fields_modified`.
+    Rewritten { fragment: Fragment, fields: Vec<u32> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplaceFragmentColumns {
+    pub target: ColumnTarget,
+}
+
+impl ReplaceFragmentColumns {
+    pub fn fragment_id(&self) -> u64 {
+        match &self.target {
+            ColumnTarget::File { fragment_id, .. } => *fragment_id,
+            ColumnTarget::Rewritten { fragment, .. } => fragment.id,
+        }
+    }
+
+    /// The columns whose data this action replaces.
+    pub fn fields(&self) -> BTreeSet<i32> {
+        match &self.target {
+            ColumnTarget::File { file, .. } => file_fields([file]),
+            ColumnTarget::Rewritten { fields, .. } => fields.iter().map(|f| *f as i32).collect(),
+        }
+    }
+
+    fn is_data_replacement(&self) -> bool {
+        matches!(self.target, ColumnTarget::File { .. })
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::ReplaceFragmentColumns;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        let same_fragment = matches!(peer.their_path, ManifestPath::Fragment { id, .. } if *id == self.fragment_id());
+        match peer.action {
+            AnyAction::AddFragments(_) | AnyAction::ReserveFragmentIds(_) => Verdict::Ok,
+            AnyAction::ChangeSchema(cs) => {
+                let dropped = self.fields().into_iter().find(|f| cs.schema.field_by_id(*f).is_none());
+                match dropped {
+                    Some(f) if self.is_data_replacement() => {
+                        peer.fail(K, Rule::SchemaChanged, format!("the committed schema dropped field {f} we replace"))
+                    }
+                    Some(f) => peer.retry(K, Rule::SchemaChanged, format!("the committed schema dropped field {f}")),
+                    None if !cs.preserves_nullability => {
+                        peer.retry(K, Rule::SchemaChanged, "the committed schema change may tighten nullability")
+                    }
+                    None => Verdict::Ok,
+                }
+            }
+            AnyAction::AddOverlay(o) if same_fragment && !self.is_data_replacement() => {
+                let overlaid = file_fields(o.group.overlays.iter().map(|f| &f.data_file));
+                if overlaid.iter().any(|f| self.fields().contains(f)) {
+                    peer.retry(K, Rule::DataFilesChanged, "the committed overlay covers a column we rewrite")
+                } else {
+                    Verdict::Ok
+                }
+            }
+            AnyAction::AddOverlay(_) | AnyAction::InvalidateIndexCoverage(_) => Verdict::Ok,
+            AnyAction::RemoveFragments(_) if self.is_data_replacement() && same_fragment => {
+                peer.fail(K, Rule::FragmentGone, "the committed transaction deleted the fragment we replace columns of")
+            }
+            // A plain delete's new deletion vector leaves a column replacement valid.
+            AnyAction::UpdateDeletionVector(_) if self.is_data_replacement() && !peer.context.moves_rows() => Verdict::Ok,
+            _ if !same_fragment => Verdict::Ok,
+            _ => peer.retry(K, Rule::DataFilesChanged, "the committed transaction changed the fragment"),
+        }
+    }
+}
+
+impl Action for ReplaceFragmentColumns {
+    fn kind(&self) -> ActionKind {
+        ActionKind::ReplaceFragmentColumns
+    }
+
+    fn reads(&self) -> Mask {
+        let id = self.fragment_id();
+        let mut mask = supplier_reads(&self.fields());
+        mask.push(ManifestPath::fragment(id, FragmentScope::Existence));
+        mask.push(ManifestPath::fragment(id, FragmentScope::DeletionVector));
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        let id = self.fragment_id();
+        let fields = self.fields();
+        let mut mask = Mask(
+            fields
+                .iter()
+                .map(|&f| ManifestPath::fragment(id, FragmentScope::DataFiles(Some(f))))
+                .collect(),
+        );
+        mask.extend(supplier_writes(&fields));
+        mask
+    }
+
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        let id = self.fragment_id();
+        if state.fragment(id).is_none() {
+            return Err(invalid(ActionKind::ReplaceFragmentColumns, format!("fragment {id} does not exist")));
+        }
+        match self.fields().into_iter().find(|f| !state.has_field(*f)) {
+            Some(f) => Err(invalid(ActionKind::ReplaceFragmentColumns, format!("field {f} is not in the schema"))),
+            None => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(p))
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        match &self.target {
+            ColumnTarget::Rewritten { fragment, .. } => {
+                state.fragments.insert(fragment.id, fragment.clone());
+            }
+            ColumnTarget::File { fragment_id, file } => {
+                if let Some(f) = state.fragments.get_mut(fragment_id) {
+                    if let Some(slot) = f.files.iter_mut().find(|d| d.fields == file.fields) {
+                        *slot = file.clone();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ReplaceFragmentColumns {
+    pub(crate) fn encode(&self) -> proto::ReplaceFragmentColumns {
+        use proto::replace_fragment_columns::{File, Rewritten, Target};
+        let target = match &self.target {
+            ColumnTarget::File { fragment_id, file } => Target::File(File {
+                fragment_id: *fragment_id,
+                data_file: codec::lance_bytes(&lance_table::format::pb::DataFile::from(file)),
+            }),
+            ColumnTarget::Rewritten { fragment, fields } => {
+                Target::Rewritten(Rewritten { fragment: codec::fragment_bytes(fragment), fields: fields.clone() })
+            }
+        };
+        proto::ReplaceFragmentColumns { target: Some(target) }
+    }
+
+    pub(crate) fn decode(p: proto::ReplaceFragmentColumns) -> Result<Self> {
+        use proto::replace_fragment_columns::Target;
+        let target = match codec::required(p.target, "column target")? {
+            Target::File(f) => ColumnTarget::File {
+                fragment_id: f.fragment_id,
+                file: codec::lance_convert(codec::lance_message::<lance_table::format::pb::DataFile>(&f.data_file, "data file")?, "data file")?,
+            },
+            Target::Rewritten(r) => ColumnTarget::Rewritten { fragment: codec::fragment_from(&r.fragment)?, fields: r.fields },
+        };
+        Ok(Self { target })
+    }
+}

@@ -1,0 +1,68 @@
+//! ResetTable: replace the table wholesale (the baseline of an `Overwrite`): every fragment goes and
+//! the schema becomes `schema`. The new fragments, config upserts and initial bases of the overwrite
+//! follow as their own actions. Last writer wins against ordinary writes; two concurrent resets
+//! retry (a config-key clash inside them fails, through their UpdateConfig actions).
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_core::datatypes::Schema;
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::TxnContext;
+use crate::path::{ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResetTable {
+    pub schema: Schema,
+}
+
+impl ResetTable {
+    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::ResetTable;
+        match peer.action {
+            AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
+            AnyAction::ResetTable(_) => peer.retry(K, Rule::BaselineReplaced, "another overwrite committed first"),
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for ResetTable {
+    fn kind(&self) -> ActionKind {
+        ActionKind::ResetTable
+    }
+
+    fn reads(&self) -> Mask {
+        Mask::new()
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new().with(ManifestPath::Table)
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, Self::rebase_one)
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        state.fragments.clear();
+        state.indices.clear();
+        state.schema = self.schema.clone();
+    }
+}
+
+impl ResetTable {
+    pub(crate) fn encode(&self) -> proto::ResetTable {
+        proto::ResetTable { schema: Some(codec::schema_to_proto(&self.schema)) }
+    }
+
+    pub(crate) fn decode(p: proto::ResetTable) -> Result<Self> {
+        Ok(Self { schema: codec::schema_from_proto(p.schema)? })
+    }
+}

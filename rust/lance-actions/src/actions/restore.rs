@@ -1,0 +1,69 @@
+//! Restore: make an old version the head again. A baseline reset, not a delta: the driver does not
+//! rebase it forward; it only refuses when a concurrent schema-metadata update would be silently
+//! discarded, or when a peer is not understood.
+
+use crate::codec::proto;
+use crate::error::Result;
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::actions::update_config::UpdateConfig;
+use crate::context::TxnContext;
+use crate::path::{ConfigMap, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restore {
+    pub version: u64,
+}
+
+fn targets_schema_metadata(u: &UpdateConfig) -> bool {
+    matches!(u.map, ConfigMap::SchemaMetadata | ConfigMap::FieldMetadata(_))
+}
+
+impl Restore {
+    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::Restore;
+        match peer.action {
+            AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
+            AnyAction::UpdateConfig(u) if targets_schema_metadata(u) => {
+                peer.fail(K, Rule::LanceCompatible, "a committed schema-metadata update would be discarded")
+            }
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for Restore {
+    fn kind(&self) -> ActionKind {
+        ActionKind::Restore
+    }
+
+    fn reads(&self) -> Mask {
+        Mask::new()
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new().with(ManifestPath::Table)
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, Self::rebase_one)
+    }
+
+    /// The restored manifest is read by the commit layer; the pure state cannot reconstruct it.
+    fn apply(&self, _state: &mut TableState, _txn: &mut TxnContext) {}
+}
+
+impl Restore {
+    pub(crate) fn encode(&self) -> proto::Restore {
+        proto::Restore { version: self.version }
+    }
+
+    pub(crate) fn decode(p: proto::Restore) -> Result<Self> {
+        Ok(Self { version: p.version })
+    }
+}

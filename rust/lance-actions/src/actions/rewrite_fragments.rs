@@ -1,0 +1,138 @@
+//! RewriteFragments: compaction. Old fragments are replaced by new ones holding the same rows, and
+//! the indices covering them are remapped to the new row addresses. Lowers to `Rewrite`.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use std::collections::BTreeSet;
+
+use lance_table::format::IndexMetadata;
+use lance_table::transaction::{RewriteGroup, RewrittenIndex};
+
+use super::fragment_fields;
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, IndexScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RewriteFragments {
+    pub groups: Vec<RewriteGroup>,
+    pub rewritten_indices: Vec<RewrittenIndex>,
+    /// Lance keeps this in memory only (never in the transaction file); carried so lowering is lossless.
+    pub frag_reuse_index: Option<IndexMetadata>,
+}
+
+impl RewriteFragments {
+    pub fn old_ids(&self) -> BTreeSet<u64> {
+        self.groups.iter().flat_map(|g| g.old_fragments.iter().map(|f| f.id)).collect()
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::RewriteFragments;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match (peer.action, peer.their_path) {
+            (AnyAction::AddIndex(ai), _) => {
+                let covers_old = match &ai.index.fragment_bitmap {
+                    None => true,
+                    Some(bitmap) => self.old_ids().iter().any(|id| bitmap.contains(*id as u32)),
+                };
+                if covers_old {
+                    peer.retry(K, Rule::IndexClash, "a committed index covers fragments we rewrite; its row addresses would go stale")
+                } else {
+                    Verdict::Ok
+                }
+            }
+            (AnyAction::InvalidateIndexCoverage(_), _) => Verdict::Ok,
+            (_, ManifestPath::Index { .. }) => {
+                peer.retry(K, Rule::IndexClash, "the committed transaction changed an index we remap")
+            }
+            (_, ManifestPath::Fragment { .. }) => {
+                peer.retry(K, Rule::FragmentGone, "the committed transaction changed a fragment we rewrite")
+            }
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for RewriteFragments {
+    fn kind(&self) -> ActionKind {
+        ActionKind::RewriteFragments
+    }
+
+    fn reads(&self) -> Mask {
+        let mut mask = Mask(self.old_ids().into_iter().map(|id| ManifestPath::fragment(id, FragmentScope::Whole)).collect());
+        let old = self.groups.iter().flat_map(|g| g.old_fragments.iter());
+        for field in fragment_fields(old) {
+            mask.push(ManifestPath::IndicesCoveringField { field, scope: IndexScope::Coverage });
+        }
+        mask
+    }
+
+    fn writes(&self) -> Mask {
+        let mut mask = Mask::new().with(ManifestPath::FragmentSet).with(ManifestPath::FragmentIdCounter);
+        for id in self.old_ids() {
+            mask.push(ManifestPath::fragment(id, FragmentScope::Existence));
+        }
+        for ri in &self.rewritten_indices {
+            mask.push(ManifestPath::Index { uuid: ri.old_id, fields: Vec::new(), scope: IndexScope::Whole });
+        }
+        mask
+    }
+
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        match self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
+            Some(id) => Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist"))),
+            None => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(p))
+    }
+
+    fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+        for id in self.old_ids() {
+            state.fragments.remove(&id);
+        }
+        for fragment in self.groups.iter().flat_map(|g| g.new_fragments.iter()) {
+            let id = if fragment.id == 0 { state.allocate_fragment_id() } else { fragment.id };
+            let mut bound = fragment.clone();
+            bound.id = id;
+            state.fragments.insert(id, bound);
+            txn.assigned_fragment_ids.push(id);
+        }
+    }
+}
+
+impl RewriteFragments {
+    pub(crate) fn encode(&self) -> proto::RewriteFragments {
+        use lance_table::format::pb::transaction::rewrite as pb;
+        proto::RewriteFragments {
+            groups: self.groups.iter().map(|g| codec::lance_bytes(&pb::RewriteGroup::from(g))).collect(),
+            rewritten_indices: self.rewritten_indices.iter().map(|r| codec::lance_bytes(&pb::RewrittenIndex::from(r))).collect(),
+            frag_reuse_index: self.frag_reuse_index.as_ref().map(codec::index_bytes),
+        }
+    }
+
+    pub(crate) fn decode(p: proto::RewriteFragments) -> Result<Self> {
+        use lance_table::format::pb::transaction::rewrite as pb;
+        let groups = p
+            .groups
+            .iter()
+            .map(|b| codec::lance_convert(codec::lance_message::<pb::RewriteGroup>(b, "rewrite group")?, "rewrite group"))
+            .collect::<Result<Vec<RewriteGroup>>>()?;
+        let rewritten_indices = p
+            .rewritten_indices
+            .iter()
+            .map(|b| {
+                let pb = codec::lance_message::<pb::RewrittenIndex>(b, "rewritten index")?;
+                RewrittenIndex::try_from(&pb).map_err(|e| codec::corrupt(format!("rewritten index: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let frag_reuse_index = p.frag_reuse_index.map(|b| codec::index_from(&b)).transpose()?;
+        Ok(Self { groups, rewritten_indices, frag_reuse_index })
+    }
+}

@@ -1,0 +1,146 @@
+//! UpdateConfig: upserts and deletes in one manifest map (config, table metadata, schema metadata,
+//! or one field's metadata). Per key: disjoint keys commute; a `replace` writes the whole map.
+//! Lowers to the matching slot of `UpdateConfig`, or to `Overwrite.config_upsert_values`.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::transaction::UpdateMapEntry;
+use lance_table::transaction::UpdateMap;
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::context::{OperationKind, TxnContext};
+use crate::path::{ConfigMap, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateConfig {
+    pub map: ConfigMap,
+    pub update: UpdateMap,
+}
+
+impl UpdateConfig {
+    fn is_schema_metadata(&self) -> bool {
+        matches!(self.map, ConfigMap::SchemaMetadata | ConfigMap::FieldMetadata(_))
+    }
+
+    /// Do two updates of the same map clash? Deleting a key twice is idempotent and commutes.
+    fn clashes_with(&self, other: &UpdateConfig) -> bool {
+        if self.map != other.map {
+            return false;
+        }
+        // Lance ignores `replace` on the config map itself and compares keys only.
+        if (self.update.replace || other.update.replace) && self.map != ConfigMap::Config {
+            return true;
+        }
+        self.update.update_entries.iter().any(|ours| {
+            other
+                .update
+                .update_entries
+                .iter()
+                .any(|theirs| ours.key == theirs.key && (ours.value.is_some() || theirs.value.is_some()))
+        })
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::UpdateConfig;
+        match peer.action {
+            AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
+            AnyAction::Restore(_) | AnyAction::ResetTable(_) if self.is_schema_metadata() => {
+                peer.fail(K, Rule::BaselineReplaced, "the schema our metadata update targets was replaced")
+            }
+            AnyAction::Restore(_) | AnyAction::ResetTable(_) => Verdict::Ok,
+            AnyAction::UpdateConfig(theirs) if self.clashes_with(theirs) => {
+                peer.fail(K, Rule::ConfigClash, format!("both transactions write {:?}", self.map))
+            }
+            AnyAction::UpdateConfig(_) => Verdict::Ok,
+            AnyAction::ChangeSchema(_) if peer.context.shell == OperationKind::Merge && self.is_schema_metadata() => {
+                peer.retry(K, Rule::SchemaChanged, "a committed merge restated the schema metadata")
+            }
+            _ => Verdict::Ok,
+        }
+    }
+}
+
+impl Action for UpdateConfig {
+    fn kind(&self) -> ActionKind {
+        ActionKind::UpdateConfig
+    }
+
+    fn reads(&self) -> Mask {
+        Mask::new()
+    }
+
+    fn writes(&self) -> Mask {
+        if self.update.replace {
+            return Mask::new().with(ManifestPath::ConfigMapWhole(self.map.clone()));
+        }
+        Mask(
+            self.update
+                .update_entries
+                .iter()
+                .map(|e| ManifestPath::ConfigEntry { map: self.map.clone(), key: e.key.clone() })
+                .collect(),
+        )
+    }
+
+    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(p))
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        let target = match self.map {
+            ConfigMap::Config => &mut state.config,
+            ConfigMap::TableMetadata => &mut state.table_metadata,
+            ConfigMap::SchemaMetadata => &mut state.schema.metadata,
+            ConfigMap::FieldMetadata(id) => match state.schema.mut_field_by_id(id) {
+                Some(field) => &mut field.metadata,
+                None => return,
+            },
+        };
+        if self.update.replace {
+            target.clear();
+        }
+        for entry in &self.update.update_entries {
+            match &entry.value {
+                Some(v) => target.insert(entry.key.clone(), v.clone()),
+                None => target.remove(&entry.key),
+            };
+        }
+    }
+}
+
+impl UpdateConfig {
+    pub(crate) fn encode(&self) -> proto::UpdateConfig {
+        use proto::ConfigMapKind as M;
+        let (map, field_id) = match self.map {
+            ConfigMap::Config => (M::Config, 0),
+            ConfigMap::TableMetadata => (M::TableMetadata, 0),
+            ConfigMap::SchemaMetadata => (M::SchemaMetadata, 0),
+            ConfigMap::FieldMetadata(id) => (M::FieldMetadata, id),
+        };
+        proto::UpdateConfig {
+            map: map as i32,
+            field_id,
+            entries: self.update.update_entries.iter().map(|e| proto::MapEntry { key: e.key.clone(), value: e.value.clone() }).collect(),
+            replace: self.update.replace,
+        }
+    }
+
+    pub(crate) fn decode(p: proto::UpdateConfig) -> Result<Self> {
+        use proto::ConfigMapKind as M;
+        let map = match M::try_from(p.map) {
+            Ok(M::Config) => ConfigMap::Config,
+            Ok(M::TableMetadata) => ConfigMap::TableMetadata,
+            Ok(M::SchemaMetadata) => ConfigMap::SchemaMetadata,
+            Ok(M::FieldMetadata) => ConfigMap::FieldMetadata(p.field_id),
+            Ok(M::Unspecified) | Err(_) => return Err(codec::corrupt(format!("unknown config map {}", p.map))),
+        };
+        let update_entries = p.entries.into_iter().map(|e| UpdateMapEntry { key: e.key, value: e.value }).collect();
+        Ok(Self { map, update: UpdateMap { update_entries, replace: p.replace } })
+    }
+}

@@ -1,0 +1,144 @@
+//! UpdateDeletionVector: a fragment gets a new deletion vector (rows deleted, or moved out by an
+//! update). Lowers to an entry of `Delete.updated_fragments` or `Update.updated_fragments`.
+//!
+//! Two writers deleting disjoint rows of one fragment commute: the rebase proves the rows disjoint
+//! (from the declared affected rows, or from the deletion files read by the commit layer) and marks
+//! the vector for union, which the commit layer performs by writing the merged deletion file.
+
+use crate::codec::{self, proto};
+use crate::error::Result;
+use lance_table::format::Fragment;
+use roaring::RoaringBitmap;
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, RebaseFacts, fold_verdicts, invalid};
+use crate::context::TxnContext;
+use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::state::TableState;
+use crate::verdict::{Reason, Rule, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateDeletionVector {
+    /// The fragment after the change (its `deletion_file` names the new vector).
+    pub fragment: Fragment,
+    /// Row offsets this transaction deleted in the fragment, when the writer knows them.
+    pub affected_rows: Option<RoaringBitmap>,
+    /// Set by rebase: the committed head changed this fragment's vector too, on disjoint rows, so the
+    /// commit must write the union of the head's vector and `affected_rows`.
+    pub merge_with_head: bool,
+}
+
+impl UpdateDeletionVector {
+    pub fn new(fragment: Fragment, affected_rows: Option<RoaringBitmap>) -> Self {
+        Self { fragment, affected_rows, merge_with_head: false }
+    }
+
+    /// Rows a post-image deleted relative to the base fragment, from declared rows or deletion files.
+    fn rows_deleted(
+        declared: Option<&RoaringBitmap>,
+        post: &Fragment,
+        base: Option<&Fragment>,
+        facts: &dyn RebaseFacts,
+    ) -> Option<RoaringBitmap> {
+        if let Some(rows) = declared {
+            return Some(rows.clone());
+        }
+        let after = facts.deleted_rows(post)?;
+        let before = match base {
+            Some(b) => facts.deleted_rows(b)?,
+            None => RoaringBitmap::new(),
+        };
+        Some(after - before)
+    }
+
+    fn rebase_against_vector(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, theirs: &UpdateDeletionVector) -> Verdict {
+        const K: ActionKind = ActionKind::UpdateDeletionVector;
+        if theirs.fragment.files != self.fragment.files {
+            return peer.retry(K, Rule::DataFilesChanged, "the committed change also rewrote data files");
+        }
+        let base = cx.base.fragment(self.fragment.id);
+        let ours = Self::rows_deleted(self.affected_rows.as_ref(), &self.fragment, base, cx.facts);
+        let committed = Self::rows_deleted(theirs.affected_rows.as_ref(), &theirs.fragment, base, cx.facts);
+        let (Some(ours), Some(committed)) = (ours, committed) else {
+            return peer.retry(K, Rule::RowsUnknown, "deleted rows of one side are unknown");
+        };
+        let shared = &ours & &committed;
+        if !shared.is_empty() {
+            return peer.retry(
+                K,
+                Rule::RowsOverlap,
+                format!("{} row(s) changed by both, first offset {}", shared.len(), shared.min().unwrap_or(0)),
+            );
+        }
+        self.affected_rows = Some(ours);
+        self.merge_with_head = true;
+        Verdict::Ok
+    }
+
+    fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::UpdateDeletionVector;
+        if let Some(v) = peer.baseline_verdict(K) {
+            return v;
+        }
+        match (peer.action, peer.their_path) {
+            (AnyAction::UpdateDeletionVector(theirs), _) => self.rebase_against_vector(cx, peer, theirs),
+            // An overlay only matters when we move rows out: its values would stay behind.
+            (AnyAction::AddOverlay(_), _) if !cx.ours.moves_rows() => Verdict::Ok,
+            (_, ManifestPath::Fragment { scope: FragmentScope::Existence, .. }) => {
+                peer.retry(K, Rule::FragmentGone, "the committed transaction removed or rewrote the fragment")
+            }
+            (_, ManifestPath::Fragment { scope: FragmentScope::Overlays, .. }) => {
+                peer.retry(K, Rule::RowsUnknown, "rows we move may carry the committed overlay's values")
+            }
+            _ => peer.retry(K, Rule::DataFilesChanged, "the committed transaction changed the fragment"),
+        }
+    }
+}
+
+impl Action for UpdateDeletionVector {
+    fn kind(&self) -> ActionKind {
+        ActionKind::UpdateDeletionVector
+    }
+
+    fn reads(&self) -> Mask {
+        let id = self.fragment.id;
+        Mask::new()
+            .with(ManifestPath::fragment(id, FragmentScope::Existence))
+            .with(ManifestPath::fragment(id, FragmentScope::DataFiles(None)))
+            .with(ManifestPath::fragment(id, FragmentScope::Overlays))
+    }
+
+    fn writes(&self) -> Mask {
+        Mask::new().with(ManifestPath::fragment(self.fragment.id, FragmentScope::DeletionVector))
+    }
+
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        match state.fragment(self.fragment.id) {
+            None => Err(invalid(ActionKind::UpdateDeletionVector, format!("fragment {} does not exist", self.fragment.id))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
+    }
+
+    fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
+        if let Some(f) = state.fragments.get_mut(&self.fragment.id) {
+            f.deletion_file = self.fragment.deletion_file.clone();
+        }
+    }
+}
+
+impl UpdateDeletionVector {
+    pub(crate) fn encode(&self) -> proto::UpdateDeletionVector {
+        proto::UpdateDeletionVector {
+            fragment: codec::fragment_bytes(&self.fragment),
+            affected_rows: self.affected_rows.as_ref().map(codec::bitmap_bytes),
+        }
+    }
+
+    pub(crate) fn decode(p: proto::UpdateDeletionVector) -> Result<Self> {
+        let affected_rows = p.affected_rows.map(|b| codec::bitmap_from(&b, "affected rows")).transpose()?;
+        Ok(Self::new(codec::fragment_from(&p.fragment)?, affected_rows))
+    }
+}

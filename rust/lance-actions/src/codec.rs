@@ -1,0 +1,254 @@
+//! The action wire format (`protos/actions.proto`), fail-closed.
+//!
+//! Each action module owns its own `encode` / `decode`; this module owns the envelope (format
+//! version, context) and the helpers that embed Lance's own protobuf messages as bytes.
+
+use base64::Engine as _;
+use lance_table::system_index::mem_wal::CompactedSsTable;
+use lance_table::transaction::{UpdateMode, UpdatedFragmentOffsets};
+use prost::Message;
+use roaring::RoaringBitmap;
+use uuid::Uuid;
+
+use crate::action::AnyAction;
+use crate::context::{OperationKind, TxnContext};
+use crate::error::{Error, Result};
+use crate::txn::ActionTxn;
+
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/lance_actions.v1.rs"));
+}
+
+/// The format version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The `transaction_properties` key our encoded action list travels under.
+pub const PROPERTY_KEY: &str = "lance-actions.v1";
+
+pub(crate) fn corrupt(reason: impl Into<String>) -> Error {
+    Error::CorruptEncoding { reason: reason.into() }
+}
+
+/// Encode a Lance protobuf message as embedded bytes.
+pub(crate) fn lance_bytes<M: Message>(message: &M) -> Vec<u8> {
+    message.encode_to_vec()
+}
+
+/// Decode embedded Lance protobuf bytes; `what` names the field for the error.
+pub(crate) fn lance_message<M: Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
+    M::decode(bytes).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+/// Convert with Lance's own fallible conversion, mapping its error to a corrupt-encoding error.
+pub(crate) fn lance_convert<T, U>(value: T, what: &str) -> Result<U>
+where
+    U: TryFrom<T, Error = lance_core::Error>,
+{
+    U::try_from(value).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+pub(crate) fn bitmap_bytes(bitmap: &RoaringBitmap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bitmap.serialized_size());
+    // Writing into a Vec cannot fail.
+    let _ = bitmap.serialize_into(&mut out);
+    out
+}
+
+pub(crate) fn bitmap_from(bytes: &[u8], what: &str) -> Result<RoaringBitmap> {
+    RoaringBitmap::deserialize_from(bytes).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+pub(crate) fn required<T>(value: Option<T>, what: &str) -> Result<T> {
+    value.ok_or_else(|| corrupt(format!("missing {what}")))
+}
+
+/// Encode an action transaction.
+pub fn encode(txn: &ActionTxn) -> Vec<u8> {
+    proto::ActionList {
+        format_version: FORMAT_VERSION,
+        context: Some(encode_context(&txn.context)),
+        actions: txn.actions.iter().map(AnyAction::encode).collect(),
+    }
+    .encode_to_vec()
+}
+
+/// Decode an action transaction. Fails on anything not fully understood.
+pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
+    let list = proto::ActionList::decode(bytes).map_err(|e| corrupt(format!("action list: {e}")))?;
+    match list.format_version {
+        0 => return Err(corrupt("missing format version")),
+        v if v > FORMAT_VERSION => return Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
+        _ => {}
+    }
+    let context = decode_context(required(list.context, "transaction context")?)?;
+    let actions = list
+        .actions
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| AnyAction::decode(a).map_err(|e| corrupt(format!("action {i}: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ActionTxn { context, actions })
+}
+
+/// Encode for a transaction property value (base64 of the protobuf bytes).
+pub fn encode_property(txn: &ActionTxn) -> String {
+    base64::engine::general_purpose::STANDARD.encode(encode(txn))
+}
+
+/// Decode a transaction property value written by [`encode_property`].
+pub fn decode_property(value: &str) -> Result<ActionTxn> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .map_err(|e| corrupt(format!("property is not base64: {e}")))?;
+    decode(&bytes)
+}
+
+fn shell_to_proto(kind: OperationKind) -> proto::OperationShell {
+    use proto::OperationShell as S;
+    match kind {
+        OperationKind::Append => S::Append,
+        OperationKind::Delete => S::Delete,
+        OperationKind::Overwrite => S::Overwrite,
+        OperationKind::CreateIndex => S::CreateIndex,
+        OperationKind::Rewrite => S::Rewrite,
+        OperationKind::DataReplacement => S::DataReplacement,
+        OperationKind::DataOverlay => S::DataOverlay,
+        OperationKind::Merge => S::Merge,
+        OperationKind::Restore => S::Restore,
+        OperationKind::ReserveFragments => S::ReserveFragments,
+        OperationKind::Update => S::Update,
+        OperationKind::Project => S::Project,
+        OperationKind::UpdateConfig => S::UpdateConfig,
+        OperationKind::UpdateMemWalState => S::UpdateMemWalState,
+        OperationKind::Clone => S::Clone,
+        OperationKind::UpdateBases => S::UpdateBases,
+        OperationKind::Unknown => S::Unknown,
+    }
+}
+
+fn shell_from_proto(value: i32) -> Result<OperationKind> {
+    use proto::OperationShell as S;
+    let shell = S::try_from(value).map_err(|_| corrupt(format!("unknown operation shell {value}")))?;
+    Ok(match shell {
+        S::Unspecified => return Err(corrupt("missing operation shell")),
+        S::Append => OperationKind::Append,
+        S::Delete => OperationKind::Delete,
+        S::Overwrite => OperationKind::Overwrite,
+        S::CreateIndex => OperationKind::CreateIndex,
+        S::Rewrite => OperationKind::Rewrite,
+        S::DataReplacement => OperationKind::DataReplacement,
+        S::DataOverlay => OperationKind::DataOverlay,
+        S::Merge => OperationKind::Merge,
+        S::Restore => OperationKind::Restore,
+        S::ReserveFragments => OperationKind::ReserveFragments,
+        S::Update => OperationKind::Update,
+        S::Project => OperationKind::Project,
+        S::UpdateConfig => OperationKind::UpdateConfig,
+        S::UpdateMemWalState => OperationKind::UpdateMemWalState,
+        S::Clone => OperationKind::Clone,
+        S::UpdateBases => OperationKind::UpdateBases,
+        S::Unknown => OperationKind::Unknown,
+    })
+}
+
+fn encode_context(cx: &TxnContext) -> proto::TxnContext {
+    let mut offsets: Vec<proto::FragmentRows> = cx
+        .updated_fragment_offsets
+        .iter()
+        .flat_map(|o| o.0.iter())
+        .map(|(id, rows)| proto::FragmentRows { fragment_id: *id, rows: bitmap_bytes(rows) })
+        .collect();
+    offsets.sort_by_key(|r| r.fragment_id);
+    proto::TxnContext {
+        shell: shell_to_proto(cx.shell) as i32,
+        predicate: cx.predicate.clone(),
+        update_mode: match cx.update_mode {
+            None => proto::UpdateMode::Unset,
+            Some(UpdateMode::RewriteRows) => proto::UpdateMode::RewriteRows,
+            Some(UpdateMode::RewriteColumns) => proto::UpdateMode::RewriteColumns,
+        } as i32,
+        fields_for_preserving_frag_bitmap: cx.fields_for_preserving_frag_bitmap.clone(),
+        has_updated_fragment_offsets: cx.updated_fragment_offsets.is_some(),
+        updated_fragment_offsets: offsets,
+        compacted_sstables: cx
+            .compacted_sstables
+            .iter()
+            .map(|s| proto::CompactedSsTable { shard_id: s.shard_id.as_bytes().to_vec(), generation: s.generation })
+            .collect(),
+    }
+}
+
+fn decode_context(p: proto::TxnContext) -> Result<TxnContext> {
+    let mut cx = TxnContext::new(shell_from_proto(p.shell)?);
+    cx.predicate = p.predicate;
+    cx.update_mode = match proto::UpdateMode::try_from(p.update_mode) {
+        Ok(proto::UpdateMode::Unset) => None,
+        Ok(proto::UpdateMode::RewriteRows) => Some(UpdateMode::RewriteRows),
+        Ok(proto::UpdateMode::RewriteColumns) => Some(UpdateMode::RewriteColumns),
+        Err(_) => return Err(corrupt(format!("unknown update mode {}", p.update_mode))),
+    };
+    cx.fields_for_preserving_frag_bitmap = p.fields_for_preserving_frag_bitmap;
+    if p.has_updated_fragment_offsets {
+        let mut offsets = UpdatedFragmentOffsets::default();
+        for r in p.updated_fragment_offsets {
+            offsets.0.insert(r.fragment_id, bitmap_from(&r.rows, "updated fragment offsets")?);
+        }
+        cx.updated_fragment_offsets = Some(offsets);
+    } else if !p.updated_fragment_offsets.is_empty() {
+        return Err(corrupt("updated fragment offsets present but not flagged"));
+    }
+    cx.compacted_sstables = p
+        .compacted_sstables
+        .into_iter()
+        .map(|s| {
+            let shard_id = Uuid::from_slice(&s.shard_id).map_err(|e| corrupt(format!("shard id: {e}")))?;
+            Ok(CompactedSsTable { shard_id, generation: s.generation })
+        })
+        .collect::<Result<_>>()?;
+    Ok(cx)
+}
+
+/// Embedded Lance fragment.
+pub(crate) fn fragment_bytes(f: &lance_table::format::Fragment) -> Vec<u8> {
+    lance_bytes(&lance_table::format::pb::DataFragment::from(f))
+}
+
+pub(crate) fn fragment_from(bytes: &[u8]) -> Result<lance_table::format::Fragment> {
+    lance_convert(lance_message::<lance_table::format::pb::DataFragment>(bytes, "fragment")?, "fragment")
+}
+
+pub(crate) fn fragments_from(list: &[Vec<u8>]) -> Result<Vec<lance_table::format::Fragment>> {
+    list.iter().map(|b| fragment_from(b)).collect()
+}
+
+pub(crate) fn index_bytes(i: &lance_table::format::IndexMetadata) -> Vec<u8> {
+    lance_bytes(&lance_table::format::pb::IndexMetadata::from(i))
+}
+
+pub(crate) fn index_from(bytes: &[u8]) -> Result<lance_table::format::IndexMetadata> {
+    lance_convert(lance_message::<lance_table::format::pb::IndexMetadata>(bytes, "index")?, "index")
+}
+
+/// A Lance schema as Lance's flattened field messages plus its metadata.
+pub(crate) fn schema_to_proto(schema: &lance_core::datatypes::Schema) -> proto::Schema {
+    let fields = lance_file::datatypes::Fields::from(schema);
+    proto::Schema {
+        fields: fields.0.iter().map(lance_bytes).collect(),
+        metadata: schema.metadata.clone().into_iter().collect(),
+    }
+}
+
+pub(crate) fn schema_from_proto(p: Option<proto::Schema>) -> Result<lance_core::datatypes::Schema> {
+    let p = required(p, "schema")?;
+    let fields = p
+        .fields
+        .iter()
+        .map(|b| lance_message::<lance_file::format::pb::Field>(b, "schema field"))
+        .collect::<Result<Vec<_>>>()?;
+    let with_meta = lance_file::datatypes::FieldsWithMeta {
+        fields: lance_file::datatypes::Fields(fields),
+        metadata: p.metadata.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+    };
+    lance_convert(with_meta, "schema")
+}

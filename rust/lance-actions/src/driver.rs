@@ -1,0 +1,159 @@
+//! The pure driver: judge our action transaction against the transactions committed since our read.
+//!
+//! For each committed peer, in commit order: screen every one of our actions' reads and writes
+//! against every peer action's writes (cheap, no rebase when nothing overlaps); call `rebase` only
+//! with the overlapping peer actions; check the transaction-level MemWAL context; keep the worst
+//! verdict, stopping at the first Fail. Then, when a head state is supplied, validate and apply our
+//! actions against it in order, so each sees the effects of the ones before it.
+//!
+//! Baseline resets are handled here (seed 002, gap 3): in a transaction that replaces the table
+//! (overwrite, restore), the fresh fragments and schema cannot conflict with anything the peers did
+//! to the old table, so only the reset itself and the named coordinates it also writes (config keys,
+//! bases) are rebased.
+
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, RebaseFacts};
+use crate::path::{ManifestPath, Mask};
+use crate::state::TableState;
+use crate::txn::ActionTxn;
+use crate::verdict::{Reason, Rule, Verdict};
+
+/// A transaction committed after our read version.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub version: u64,
+    pub txn: ActionTxn,
+}
+
+/// What the driver decided about one peer.
+#[derive(Debug, Clone)]
+pub struct PeerCheck {
+    pub version: u64,
+    /// How many (our action, peer action) pairs overlapped and were rebased.
+    pub overlapping_pairs: usize,
+    pub verdict: Verdict,
+}
+
+/// The driver's answer: the verdict, our rebased transaction, and what was checked.
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    pub verdict: Verdict,
+    pub txn: ActionTxn,
+    pub peers: Vec<PeerCheck>,
+}
+
+/// Inputs of one resolution.
+pub struct Inputs<'a> {
+    /// The table at our read version.
+    pub base: &'a TableState,
+    /// The table at the latest version, when known: our actions are validated against it.
+    pub head: Option<&'a TableState>,
+    pub peers: &'a [Peer],
+    pub facts: &'a dyn RebaseFacts,
+}
+
+/// Is this action rebased when its transaction resets the baseline?
+fn judged_under_reset(kind: ActionKind) -> bool {
+    matches!(kind, ActionKind::ResetTable | ActionKind::Restore | ActionKind::UpdateConfig | ActionKind::AddBases)
+}
+
+/// Judge `ours` against `inputs.peers`.
+pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
+    let mut txn = ours.clone();
+    let mut peers = Vec::with_capacity(inputs.peers.len());
+    let mut verdict = Verdict::Ok;
+    if let (true, Some(first)) = (ours.is_opaque(), inputs.peers.first()) {
+        verdict = opaque_verdict(first.version);
+    }
+    for peer in inputs.peers {
+        if matches!(verdict, Verdict::Fail(_)) {
+            break;
+        }
+        let check = check_peer(&mut txn, inputs, peer);
+        verdict = verdict.worst(check.verdict.clone());
+        peers.push(check);
+    }
+    if verdict.is_ok() {
+        if let Some(head) = inputs.head {
+            verdict = validate_and_apply(&txn, head);
+        }
+    }
+    Resolution { verdict, txn, peers }
+}
+
+fn opaque_verdict(peer_version: u64) -> Verdict {
+    Verdict::Fail(Reason {
+        rule: Rule::Opaque,
+        ours: ActionKind::Opaque,
+        peer_version: Some(peer_version),
+        peer_action: None,
+        path: Some(ManifestPath::Table),
+        detail: "an operation this build does not understand cannot be rebased".into(),
+    })
+}
+
+/// Screen and rebase all of our actions against one committed peer.
+fn check_peer(txn: &mut ActionTxn, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
+    let peer_writes: Vec<Mask> = peer.txn.actions.iter().map(Action::writes).collect();
+    let resets = txn.resets_baseline();
+    let context = txn.context.clone();
+    let cx = RebaseCx { base: inputs.base, ours: &context, facts: inputs.facts };
+    let mut verdict = context.rebase(peer.version, &peer.txn.context);
+    let mut overlapping_pairs = 0;
+    for action in txn.actions.iter_mut() {
+        if resets && !judged_under_reset(action.kind()) {
+            continue;
+        }
+        let mut ours_mask = action.reads();
+        ours_mask.extend(action.writes());
+        let overlaps = overlapping_peer_actions(&ours_mask, peer, &peer_writes);
+        if overlaps.is_empty() {
+            continue;
+        }
+        overlapping_pairs += overlaps.len();
+        verdict = verdict.worst(action.rebase(&cx, &overlaps));
+        if matches!(verdict, Verdict::Fail(_)) {
+            break;
+        }
+    }
+    PeerCheck { version: peer.version, overlapping_pairs, verdict }
+}
+
+/// Peer actions whose writes overlap `ours`, each with the first overlapping pair of paths.
+fn overlapping_peer_actions<'a>(ours: &'a Mask, peer: &'a Peer, peer_writes: &'a [Mask]) -> Vec<PeerAction<'a>> {
+    peer.txn
+        .actions
+        .iter()
+        .zip(peer_writes)
+        .filter_map(|(action, written)| {
+            ours.first_overlap(written).map(|(our_path, their_path)| PeerAction {
+                version: peer.version,
+                action,
+                context: &peer.txn.context,
+                our_path,
+                their_path,
+            })
+        })
+        .collect()
+}
+
+/// Validate each action against the head state with the effects of the actions before it applied.
+/// A failure after a clean screen means the writer built an action the table cannot take.
+fn validate_and_apply(txn: &ActionTxn, head: &TableState) -> Verdict {
+    let mut state = head.clone();
+    let mut context = txn.context.clone();
+    for action in &txn.actions {
+        if let Err(reason) = action.validate(&state) {
+            return Verdict::Fail(reason);
+        }
+        action.apply(&mut state, &mut context);
+    }
+    Verdict::Ok
+}
+
+/// Convenience: the overlap of two single actions, directional (ours vs what theirs wrote).
+pub fn action_overlap(ours: &AnyAction, theirs: &AnyAction) -> Option<(ManifestPath, ManifestPath)> {
+    let mut mask = ours.reads();
+    mask.extend(ours.writes());
+    let written = theirs.writes();
+    mask.first_overlap(&written).map(|(a, b)| (a.clone(), b.clone()))
+}

@@ -1,0 +1,31 @@
+//! # lance-actions
+//!
+//! Lance transactions re-modelled as ordered lists of actions. Each action declares the manifest
+//! paths it reads and writes; conflicts emerge from mask overlap plus a peer-inspecting `rebase`, and
+//! the verdict is three-way: Ok (commutes or rebased), Retry (re-read and re-execute), Fail
+//! (incompatible). This crate is pure: no IO. Row-level facts a rebase needs come through
+//! [`action::RebaseFacts`], which the commit layer implements.
+
+pub mod action;
+pub mod actions;
+pub mod codec;
+pub mod context;
+pub mod driver;
+pub mod error;
+pub mod keys;
+pub mod matrix;
+pub mod path;
+pub mod state;
+pub mod translate;
+pub mod txn;
+pub mod verdict;
+
+pub use action::{Action, ActionKind, AnyAction, NoFacts, RebaseFacts};
+pub use context::{OperationKind, TxnContext};
+pub use driver::{Inputs, Peer, Resolution, resolve};
+pub use error::{Error, Result};
+pub use path::{ManifestPath, Mask};
+pub use state::TableState;
+pub use translate::{lift, lower};
+pub use txn::ActionTxn;
+pub use verdict::{Reason, Rule, Verdict};

@@ -1,0 +1,70 @@
+//! The table as the action model sees it: a pure, cheap summary of a Lance manifest and its indices,
+//! against which actions validate and to which they apply.
+
+use std::collections::{BTreeMap, HashMap};
+
+use lance_core::datatypes::Schema;
+use lance_table::format::{BasePath, Fragment, IndexMetadata, Manifest};
+
+/// The working state a transaction is validated and applied against.
+#[derive(Debug, Clone)]
+pub struct TableState {
+    /// The version this state describes.
+    pub version: u64,
+    pub fragments: BTreeMap<u64, Fragment>,
+    /// Highest fragment id ever allocated; the next new fragment gets `max_fragment_id + 1`.
+    pub max_fragment_id: u64,
+    pub schema: Schema,
+    pub indices: Vec<IndexMetadata>,
+    pub config: HashMap<String, String>,
+    pub table_metadata: HashMap<String, String>,
+    pub bases: HashMap<u32, BasePath>,
+}
+
+impl TableState {
+    /// Summarise a manifest and the indices recorded with it.
+    pub fn from_manifest(manifest: &Manifest, indices: &[IndexMetadata]) -> Self {
+        Self {
+            version: manifest.version,
+            fragments: manifest.fragments.iter().map(|f| (f.id, f.clone())).collect(),
+            max_fragment_id: manifest.max_fragment_id.map(u64::from).unwrap_or(0),
+            schema: manifest.schema.clone(),
+            indices: indices.to_vec(),
+            config: manifest.config.clone(),
+            table_metadata: manifest.table_metadata.clone(),
+            bases: manifest.base_paths.clone(),
+        }
+    }
+
+    /// An empty table with the given schema (version 0), for tests and the matrix generator.
+    pub fn empty(schema: Schema) -> Self {
+        Self {
+            version: 0,
+            fragments: BTreeMap::new(),
+            max_fragment_id: 0,
+            schema,
+            indices: Vec::new(),
+            config: HashMap::new(),
+            table_metadata: HashMap::new(),
+            bases: HashMap::new(),
+        }
+    }
+
+    pub fn fragment(&self, id: u64) -> Option<&Fragment> {
+        self.fragments.get(&id)
+    }
+
+    pub fn has_field(&self, id: i32) -> bool {
+        self.schema.field_by_id(id).is_some()
+    }
+
+    pub fn index_by_uuid(&self, uuid: &uuid::Uuid) -> Option<&IndexMetadata> {
+        self.indices.iter().find(|i| &i.uuid == uuid)
+    }
+
+    /// Allocate the next fragment id, as Lance does for fragments committed with id 0.
+    pub fn allocate_fragment_id(&mut self) -> u64 {
+        self.max_fragment_id += 1;
+        self.max_fragment_id
+    }
+}

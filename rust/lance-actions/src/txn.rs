@@ -1,0 +1,50 @@
+//! A transaction as the action model sees it: transaction-level context plus an ordered action list.
+
+use crate::action::{Action, ActionKind, AnyAction};
+use crate::context::{OperationKind, TxnContext};
+use crate::path::Mask;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionTxn {
+    pub context: TxnContext,
+    pub actions: Vec<AnyAction>,
+}
+
+impl ActionTxn {
+    pub fn new(shell: OperationKind, actions: Vec<AnyAction>) -> Self {
+        Self { context: TxnContext::new(shell), actions }
+    }
+
+    pub fn shell(&self) -> OperationKind {
+        self.context.shell
+    }
+
+    /// Does this transaction replace the baseline (overwrite, restore) rather than change it?
+    pub fn resets_baseline(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a.kind(), ActionKind::ResetTable | ActionKind::Restore))
+    }
+
+    pub fn is_opaque(&self) -> bool {
+        self.actions.iter().any(|a| a.kind() == ActionKind::Opaque)
+    }
+
+    /// Everything the transaction writes, context included.
+    pub fn writes(&self) -> Mask {
+        let mut mask = self.context.writes();
+        for a in &self.actions {
+            mask.extend(a.writes());
+        }
+        mask
+    }
+
+    /// Everything the transaction reads.
+    pub fn reads(&self) -> Mask {
+        let mut mask = Mask::new();
+        for a in &self.actions {
+            mask.extend(a.reads());
+        }
+        mask
+    }
+}
