@@ -1,1 +1,16 @@
+//! # lance-actions-commit
+//!
+//! The layer between the pure action model and real Lance datasets: it reads the committed history
+//! as actions (decoding our own encoded lists fail-closed, lifting everything else), performs the IO
+//! a rebase needs (deletion vectors), and runs Lance's own resolver side by side as an oracle.
 
+pub mod error;
+pub mod facts;
+pub mod history;
+pub mod judge;
+pub mod oracle;
+pub mod scenario;
+
+pub use error::{Error, Result};
+pub use judge::{Judgement, judge, judge_against};
+pub use oracle::LanceVerdict;

@@ -43,6 +43,8 @@ pub struct PeerAction<'a> {
     pub context: &'a TxnContext,
     pub our_path: &'a ManifestPath,
     pub their_path: &'a ManifestPath,
+    /// The shell of the transaction being rebased (ours).
+    pub our_shell: crate::context::OperationKind,
 }
 
 impl PeerAction<'_> {
@@ -74,8 +76,17 @@ impl PeerAction<'_> {
         matches!(self.action, AnyAction::Opaque(_))
     }
 
-    /// The usual answer when a peer replaced the baseline or is opaque: nothing we planned holds.
+    /// The usual answer when a peer replaced the baseline, is opaque, or is a standalone MemWAL state
+    /// update (which claims the table's data is exactly what its log was compacted against; only a
+    /// merge, the MemWAL's own write path, may race it, and the context checks its generations).
     pub fn baseline_verdict(&self, ours: ActionKind) -> Option<Verdict> {
+        if matches!(self.action, AnyAction::UpdateMemWalState(_)) {
+            return Some(if self.our_shell == crate::context::OperationKind::Update {
+                Verdict::Ok
+            } else {
+                self.fail(ours, Rule::MemWalGeneration, "a MemWAL state update fixed the table data")
+            });
+        }
         if self.is_opaque() {
             Some(self.fail(ours, Rule::Opaque, "the committed operation is not understood"))
         } else if self.replaced_baseline() {
@@ -199,6 +210,7 @@ catalog! {
     ReserveFragmentIds => reserve_fragment_ids,
     Restore => restore,
     CloneTable => clone_table,
+    UpdateMemWalState => update_mem_wal_state,
     Opaque => opaque,
 }
 

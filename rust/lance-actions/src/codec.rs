@@ -227,7 +227,15 @@ pub(crate) fn index_bytes(i: &lance_table::format::IndexMetadata) -> Vec<u8> {
 }
 
 pub(crate) fn index_from(bytes: &[u8]) -> Result<lance_table::format::IndexMetadata> {
-    lance_convert(lance_message::<lance_table::format::pb::IndexMetadata>(bytes, "index")?, "index")
+    let message = lance_message::<lance_table::format::pb::IndexMetadata>(bytes, "index")?;
+    // Lance's conversion panics on a creation time chrono cannot represent (it reads the u64 as
+    // i64, as here); refuse it as corrupt instead.
+    if let Some(ms) = message.created_at
+        && chrono::DateTime::from_timestamp_millis(ms as i64).is_none()
+    {
+        return Err(corrupt(format!("index: creation time {ms} ms is out of range")));
+    }
+    lance_convert(message, "index")
 }
 
 /// A Lance schema as Lance's flattened field messages plus its metadata.

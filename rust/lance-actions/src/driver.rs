@@ -68,6 +68,11 @@ pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
         if matches!(verdict, Verdict::Fail(_)) {
             break;
         }
+        if peer.txn.is_opaque() {
+            verdict = opaque_peer_verdict(peer.version);
+            peers.push(PeerCheck { version: peer.version, overlapping_pairs: 0, verdict: verdict.clone() });
+            break;
+        }
         let check = check_peer(&mut txn, inputs, peer);
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
@@ -91,13 +96,25 @@ fn opaque_verdict(peer_version: u64) -> Verdict {
     })
 }
 
+/// A committed operation we do not understand may have touched anything (fail closed).
+fn opaque_peer_verdict(peer_version: u64) -> Verdict {
+    Verdict::Fail(Reason {
+        rule: Rule::Opaque,
+        ours: ActionKind::TxnContext,
+        peer_version: Some(peer_version),
+        peer_action: Some(ActionKind::Opaque),
+        path: Some(ManifestPath::Table),
+        detail: "a committed operation this build does not understand may have touched anything".into(),
+    })
+}
+
 /// Screen and rebase all of our actions against one committed peer.
 fn check_peer(txn: &mut ActionTxn, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     let peer_writes: Vec<Mask> = peer.txn.actions.iter().map(Action::writes).collect();
     let resets = txn.resets_baseline();
     let context = txn.context.clone();
     let cx = RebaseCx { base: inputs.base, ours: &context, facts: inputs.facts };
-    let mut verdict = context.rebase(peer.version, &peer.txn.context);
+    let mut verdict = context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
     let mut overlapping_pairs = 0;
     for action in txn.actions.iter_mut() {
         if resets && !judged_under_reset(action.kind()) {
@@ -105,7 +122,7 @@ fn check_peer(txn: &mut ActionTxn, inputs: &Inputs<'_>, peer: &Peer) -> PeerChec
         }
         let mut ours_mask = action.reads();
         ours_mask.extend(action.writes());
-        let overlaps = overlapping_peer_actions(&ours_mask, peer, &peer_writes);
+        let overlaps = overlapping_peer_actions(&ours_mask, peer, &peer_writes, context.shell);
         if overlaps.is_empty() {
             continue;
         }
@@ -118,8 +135,31 @@ fn check_peer(txn: &mut ActionTxn, inputs: &Inputs<'_>, peer: &Peer) -> PeerChec
     PeerCheck { version: peer.version, overlapping_pairs, verdict }
 }
 
+/// MemWAL progress records which SSTables were compacted into *this* base table. A baseline
+/// replacement (overwrite, restore) on either side makes the record describe a table that is gone.
+fn memwal_vs_reset(ours: &ActionTxn, peer: &Peer) -> Verdict {
+    let ours_progress = !ours.context.compacted_sstables.is_empty();
+    let peer_progress = !peer.txn.context.compacted_sstables.is_empty();
+    if (ours_progress && peer.txn.resets_baseline()) || (peer_progress && ours.resets_baseline()) {
+        return Verdict::Fail(Reason {
+            rule: Rule::MemWalGeneration,
+            ours: ActionKind::TxnContext,
+            peer_version: Some(peer.version),
+            peer_action: None,
+            path: Some(ManifestPath::Table),
+            detail: "MemWAL compaction progress and a table replacement cannot both hold".into(),
+        });
+    }
+    Verdict::Ok
+}
+
 /// Peer actions whose writes overlap `ours`, each with the first overlapping pair of paths.
-fn overlapping_peer_actions<'a>(ours: &'a Mask, peer: &'a Peer, peer_writes: &'a [Mask]) -> Vec<PeerAction<'a>> {
+fn overlapping_peer_actions<'a>(
+    ours: &'a Mask,
+    peer: &'a Peer,
+    peer_writes: &'a [Mask],
+    our_shell: crate::context::OperationKind,
+) -> Vec<PeerAction<'a>> {
     peer.txn
         .actions
         .iter()
@@ -131,6 +171,7 @@ fn overlapping_peer_actions<'a>(ours: &'a Mask, peer: &'a Peer, peer_writes: &'a
                 context: &peer.txn.context,
                 our_path,
                 their_path,
+                our_shell,
             })
         })
         .collect()

@@ -10,6 +10,7 @@ pub mod action;
 pub mod actions;
 pub mod codec;
 pub mod context;
+pub mod describe;
 pub mod driver;
 pub mod error;
 pub mod keys;

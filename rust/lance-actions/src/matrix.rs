@@ -1,1 +1,363 @@
+//! The emergent conflict matrix: derived from masks and rebases, never written by hand.
+//!
+//! A fixed set of sample operations (two or more variants per Lance operation kind, aimed at the same
+//! or at different fragments, rows, names, keys, fields and shards) is built on a synthetic table and
+//! lifted to actions. Every ordered pair is then judged by the pure driver; a cell summarises the
+//! verdicts of all its sample pairs with Lance's legend (O, R, F, c = O or R, f = O or F, x = mixed).
+//! The finer action x action matrix records, for every pair of action kinds that met in the samples,
+//! whether their masks overlapped and what the single-action rebase answered.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field as ArrowField, Schema as ArrowSchema};
+use lance_core::datatypes::Schema;
+use lance_table::format::key_existence::KeyExistenceFilter;
+use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage};
+use lance_table::format::{BasePath, DataFile, DeletionFile, DeletionFileType, Fragment, IndexMetadata};
+use lance_table::system_index::mem_wal::CompactedSsTable;
+use lance_table::transaction::{
+    DataOverlayGroup, DataReplacementGroup, Operation, RewriteGroup, UpdateMap, UpdateMapEntry, UpdateMode,
+};
+use roaring::RoaringBitmap;
+use uuid::Uuid;
+
+use crate::action::{Action, ActionKind, AnyAction, NoFacts, PeerAction, RebaseCx};
+use crate::actions::add_fragments::AddFragments;
+use crate::actions::opaque::Opaque;
+use crate::context::{OperationKind, TxnContext};
+use crate::driver::{Inputs, Peer, resolve};
+use crate::keys::{InsertedKeys, KeyHashSet};
+use crate::state::TableState;
+use crate::translate::lift;
+use crate::txn::ActionTxn;
+use crate::verdict::Verdict;
+
+const FRAGMENTS: u64 = 4;
+
+/// One sample: an operation kind, a variant name, and its action transaction.
+pub struct Sample {
+    pub kind: OperationKind,
+    pub variant: &'static str,
+    pub txn: ActionTxn,
+}
+
+fn sample_schema() -> Schema {
+    let arrow = ArrowSchema::new(vec![
+        ArrowField::new("id", DataType::Int64, false),
+        ArrowField::new("v", DataType::Int64, true),
+        ArrowField::new("s", DataType::Utf8, true),
+    ]);
+    // The schema is a constant of this module; a failure here is a programming error caught by tests.
+    Schema::try_from(&arrow).unwrap_or_else(|_| Schema { fields: Vec::new(), metadata: HashMap::new() })
+}
+
+fn data_file(path: &str, fields: Vec<i32>) -> DataFile {
+    let columns = (0..fields.len() as i32).collect();
+    DataFile::new_legacy_from_fields(path, fields, None).with_columns(columns)
+}
+
+trait WithColumns {
+    fn with_columns(self, columns: Vec<i32>) -> Self;
+}
+
+impl WithColumns for DataFile {
+    fn with_columns(mut self, columns: Vec<i32>) -> Self {
+        self.column_indices = Arc::from(columns);
+        self
+    }
+}
+
+fn fragment(id: u64) -> Fragment {
+    let mut f = Fragment::new(id);
+    f.files = vec![data_file(&format!("f{id}.lance"), vec![0, 1, 2])];
+    f.physical_rows = Some(8);
+    f
+}
+
+fn with_deletions(id: u64) -> Fragment {
+    let mut f = fragment(id);
+    f.deletion_file = Some(DeletionFile { read_version: 1, id: 7, file_type: DeletionFileType::Array, num_deleted_rows: Some(2), base_id: None });
+    f
+}
+
+fn index(name: &str, field: i32, uuid: u128) -> IndexMetadata {
+    IndexMetadata {
+        uuid: Uuid::from_u128(uuid),
+        fields: vec![field],
+        name: name.into(),
+        dataset_version: 1,
+        fragment_bitmap: Some((0..FRAGMENTS as u32).collect()),
+        index_details: None,
+        index_version: 0,
+        created_at: None,
+        base_id: None,
+        files: None,
+        covering_fields: Vec::new(),
+    }
+}
+
+/// The synthetic table the samples are read against.
+pub fn sample_state() -> TableState {
+    let mut state = TableState::empty(sample_schema());
+    state.version = 1;
+    for id in 0..FRAGMENTS {
+        state.fragments.insert(id, fragment(id));
+    }
+    state.max_fragment_id = FRAGMENTS - 1;
+    state.indices = vec![index("id_idx", 0, 1)];
+    state.config.insert("k1".into(), "a".into());
+    state
+}
+
+fn update_map(key: &str) -> UpdateMap {
+    UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }], replace: false }
+}
+
+fn lifted(kind: OperationKind, variant: &'static str, op: Operation) -> Sample {
+    Sample { kind, variant, txn: lift(&op) }
+}
+
+/// A delete of `rows` in fragment `id`, with its affected rows declared.
+fn delete_rows(variant: &'static str, id: u64, rows: &[u32]) -> Sample {
+    let mut s = lifted(
+        OperationKind::Delete,
+        variant,
+        Operation::Delete { updated_fragments: vec![with_deletions(id)], deleted_fragment_ids: vec![], predicate: String::new() },
+    );
+    declare_rows(&mut s.txn, rows);
+    s
+}
+
+fn declare_rows(txn: &mut ActionTxn, rows: &[u32]) {
+    for a in txn.actions.iter_mut() {
+        if let AnyAction::UpdateDeletionVector(u) = a {
+            u.affected_rows = Some(rows.iter().copied().collect());
+        }
+    }
+}
+
+/// A keyed upsert moving `row` of fragment `id` and inserting keys `new_keys` (exact key hashes).
+fn upsert(variant: &'static str, id: u64, row: u32, new_keys: &[u64]) -> Sample {
+    let op = Operation::Update {
+        removed_fragment_ids: vec![],
+        updated_fragments: vec![with_deletions(id)],
+        new_fragments: vec![fragment(0)],
+        fields_modified: vec![],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: Some(UpdateMode::RewriteRows),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    };
+    let mut s = lifted(OperationKind::Update, variant, op);
+    declare_rows(&mut s.txn, &[row]);
+    for a in s.txn.actions.iter_mut() {
+        if let AnyAction::AddFragments(AddFragments { keys, .. }) = a {
+            *keys = Some(InsertedKeys {
+                lance_filter: None::<KeyExistenceFilter>,
+                exact: Some(KeyHashSet::from_hashes(vec![0], new_keys.iter().copied())),
+            });
+        }
+    }
+    s
+}
+
+fn row_update(variant: &'static str, id: u64, row: u32) -> Sample {
+    let mut s = upsert(variant, id, row, &[]);
+    for a in s.txn.actions.iter_mut() {
+        if let AnyAction::AddFragments(add) = a {
+            add.keys = None;
+        }
+    }
+    s
+}
+
+/// Every sample, in a fixed order.
+pub fn samples() -> Vec<Sample> {
+    use OperationKind as K;
+    let schema = sample_schema();
+    let rewrite = |id: u64| Operation::Rewrite {
+        groups: vec![RewriteGroup { old_fragments: vec![fragment(id)], new_fragments: vec![fragment(0)] }],
+        rewritten_indices: vec![],
+        frag_reuse_index: None,
+    };
+    let replace = |id: u64| Operation::DataReplacement { replacements: vec![DataReplacementGroup(id, data_file("r.lance", vec![0, 1, 2]))] };
+    let overlay = |id: u64| Operation::DataOverlay {
+        groups: vec![DataOverlayGroup {
+            fragment_id: id,
+            overlays: vec![DataOverlayFile { data_file: data_file("o.lance", vec![1]), coverage: OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1])), committed_version: 0 }],
+        }],
+    };
+    let config = |c: Option<&str>, t: Option<&str>, s: Option<&str>, f: Option<i32>| Operation::UpdateConfig {
+        config_updates: c.map(update_map),
+        table_metadata_updates: t.map(update_map),
+        schema_metadata_updates: s.map(update_map),
+        field_metadata_updates: f.map(|id| HashMap::from([(id, update_map("f1"))])).unwrap_or_default(),
+    };
+    let memwal = |shard: u128, generation| Operation::UpdateMemWalState { compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }] };
+    let bases = |name: &str| Operation::UpdateBases { new_bases: vec![BasePath { id: 0, name: Some(name.into()), is_dataset_root: false, path: format!("/b/{name}") }] };
+    let dropped = schema.project(&["id", "v"]).unwrap_or_else(|_| schema.clone());
+    let all: Vec<Fragment> = (0..FRAGMENTS).map(fragment).collect();
+    vec![
+        lifted(K::Append, "new-keys", Operation::Append { fragments: vec![fragment(0)] }),
+        delete_rows("frag0-rows01", 0, &[0, 1]),
+        delete_rows("frag0-rows45", 0, &[4, 5]),
+        delete_rows("frag1-rows01", 1, &[0, 1]),
+        lifted(K::Delete, "frag0-all", Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: vec![0], predicate: String::new() }),
+        lifted(K::Overwrite, "plain", Operation::Overwrite { fragments: vec![fragment(0)], schema: schema.clone(), config_upsert_values: None, initial_bases: None }),
+        lifted(K::Overwrite, "config-k1", Operation::Overwrite { fragments: vec![fragment(0)], schema: schema.clone(), config_upsert_values: Some(HashMap::from([("k1".into(), "ow".into())])), initial_bases: None }),
+        lifted(K::CreateIndex, "new-v", Operation::CreateIndex { new_indices: vec![index("v_idx", 1, 2)], removed_indices: vec![] }),
+        lifted(K::CreateIndex, "new-s", Operation::CreateIndex { new_indices: vec![index("s_idx", 2, 3)], removed_indices: vec![] }),
+        lifted(K::CreateIndex, "replace-id", Operation::CreateIndex { new_indices: vec![index("id_idx", 0, 4)], removed_indices: vec![index("id_idx", 0, 1)] }),
+        lifted(K::CreateIndex, "drop-id", Operation::CreateIndex { new_indices: vec![], removed_indices: vec![index("id_idx", 0, 1)] }),
+        lifted(K::Rewrite, "frag0", rewrite(0)),
+        lifted(K::Rewrite, "frag2", rewrite(2)),
+        lifted(K::DataReplacement, "frag0", replace(0)),
+        lifted(K::DataReplacement, "frag2", replace(2)),
+        lifted(K::DataOverlay, "frag0-v", overlay(0)),
+        lifted(K::DataOverlay, "frag2-v", overlay(2)),
+        lifted(K::Merge, "preserving", Operation::Merge { fragments: all.clone(), schema: schema.clone(), preserves_nullability: true }),
+        lifted(K::Merge, "nullability", Operation::Merge { fragments: all, schema: schema.clone(), preserves_nullability: false }),
+        lifted(K::Restore, "base", Operation::Restore { version: 1 }),
+        lifted(K::ReserveFragments, "two", Operation::ReserveFragments { num_fragments: 2 }),
+        upsert("upsert-0-new200", 0, 0, &[200]),
+        upsert("upsert-9-new200", 1, 1, &[200]),
+        upsert("upsert-10-new300", 1, 2, &[300]),
+        row_update("move-row2", 0, 2),
+        row_update("move-row12", 1, 4),
+        lifted(K::Project, "drop-s", Operation::Project { schema: dropped, preserves_nullability: true }),
+        lifted(K::Project, "nullability", Operation::Project { schema: schema.clone(), preserves_nullability: false }),
+        lifted(K::UpdateConfig, "config-k1", config(Some("k1"), None, None, None)),
+        lifted(K::UpdateConfig, "config-k2", config(Some("k2"), None, None, None)),
+        lifted(K::UpdateConfig, "table-t1", config(None, Some("t1"), None, None)),
+        lifted(K::UpdateConfig, "schema-m1", config(None, None, Some("m1"), None)),
+        lifted(K::UpdateConfig, "field1-f1", config(None, None, None, Some(1))),
+        lifted(K::UpdateMemWalState, "shardA-gen1", memwal(1, 1)),
+        lifted(K::UpdateMemWalState, "shardA-gen2", memwal(1, 2)),
+        lifted(K::UpdateMemWalState, "shardB-gen1", memwal(2, 1)),
+        lifted(K::Clone, "branch", Operation::Clone { is_shallow: true, ref_name: None, ref_version: 1, ref_path: "/src".into(), branch_name: Some("b".into()) }),
+        lifted(K::UpdateBases, "b1", bases("b1")),
+        lifted(K::UpdateBases, "b2", bases("b2")),
+        Sample { kind: K::Unknown, variant: "future", txn: ActionTxn::new(K::Unknown, vec![Opaque { description: "unknown".into() }.into()]) },
+    ]
+}
+
+/// Lance's legend for a set of verdict labels.
+fn code(labels: &BTreeSet<&'static str>) -> &'static str {
+    let (ok, retry, fail) = (labels.contains("ok"), labels.contains("retry"), labels.contains("fail"));
+    match (ok, retry, fail) {
+        (true, false, false) => "O",
+        (false, true, false) => "R",
+        (false, false, true) => "F",
+        (true, true, false) => "c",
+        (true, false, true) => "f",
+        (false, false, false) => ".",
+        _ => "x",
+    }
+}
+
+/// The 17 x 17 operation matrix: rows = ours (committing), columns = committed peer.
+pub fn operation_matrix() -> BTreeMap<(OperationKind, OperationKind), &'static str> {
+    let base = sample_state();
+    let samples = samples();
+    let mut cells: BTreeMap<(OperationKind, OperationKind), BTreeSet<&'static str>> = BTreeMap::new();
+    for ours in &samples {
+        for theirs in &samples {
+            let peers = [Peer { version: 2, txn: theirs.txn.clone() }];
+            let r = resolve(&ours.txn, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts });
+            cells.entry((ours.kind, theirs.kind)).or_default().insert(r.verdict.label());
+        }
+    }
+    cells.into_iter().map(|(k, v)| (k, code(&v))).collect()
+}
+
+/// The action x action matrix: "." when the masks never overlapped in the samples, else the code of
+/// the single-action rebase verdicts.
+pub fn action_matrix() -> BTreeMap<(ActionKind, ActionKind), &'static str> {
+    let base = sample_state();
+    let samples = samples();
+    let mut cells: BTreeMap<(ActionKind, ActionKind), BTreeSet<&'static str>> = BTreeMap::new();
+    for ours in &samples {
+        for theirs in &samples {
+            for a in &ours.txn.actions {
+                for b in &theirs.txn.actions {
+                    let entry = cells.entry((a.kind(), b.kind())).or_default();
+                    if let Some(v) = single_rebase(&base, &ours.txn.context, a, &theirs.txn.context, b) {
+                        entry.insert(v.label());
+                    }
+                }
+            }
+        }
+    }
+    cells.into_iter().map(|(k, v)| (k, code(&v))).collect()
+}
+
+fn single_rebase(base: &TableState, ours_cx: &TxnContext, a: &AnyAction, their_cx: &TxnContext, b: &AnyAction) -> Option<Verdict> {
+    let mut mask = a.reads();
+    mask.extend(a.writes());
+    let written = b.writes();
+    let (our_path, their_path) = mask.first_overlap(&written)?;
+    let peer = PeerAction { version: 2, action: b, context: their_cx, our_path, their_path, our_shell: ours_cx.shell };
+    let cx = RebaseCx { base, ours: ours_cx, facts: &NoFacts };
+    Some(a.clone().rebase(&cx, &[peer]))
+}
+
+/// Render both matrices as the markdown of design/conflict-matrix.md.
+pub fn render_markdown() -> String {
+    let ops = operation_matrix();
+    let mut out = String::from(
+        "# Conflict matrix (generated)\n\n\
+         Generated by `lance-actions matrix` from the action masks and rebases; do not edit by hand\n\
+         (a test fails when this file differs from what the code generates).\n\n\
+         Legend: O commits (commutes or rebased), R retry, F fail, c = O or R by condition,\n\
+         f = O or F, x = any mix, . = no sample pair met. Rows: the committing transaction;\n\
+         columns: the transaction committed before it.\n\n## Operations (17 x 17)\n\n| ours \\ committed |",
+    );
+    for k in OperationKind::ALL {
+        out.push_str(&format!(" {} |", k.code()));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(OperationKind::ALL.len()));
+    out.push('\n');
+    for row in OperationKind::ALL {
+        out.push_str(&format!("| {row} |"));
+        for col in OperationKind::ALL {
+            out.push_str(&format!(" {} |", ops.get(&(row, col)).copied().unwrap_or(".")));
+        }
+        out.push('\n');
+    }
+    let actions = action_matrix();
+    let kinds: Vec<ActionKind> = ActionKind::ALL.to_vec();
+    out.push_str("\n## Actions\n\nRows: our action; columns: the committed action. `.` = masks never overlapped in the samples.\n\n| ours \\ committed |");
+    for (i, _) in kinds.iter().enumerate() {
+        out.push_str(&format!(" {} |", i + 1));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(kinds.len()));
+    out.push('\n');
+    for (i, row) in kinds.iter().enumerate() {
+        out.push_str(&format!("| {} {:?} |", i + 1, row));
+        for col in &kinds {
+            out.push_str(&format!(" {} |", actions.get(&(*row, *col)).copied().unwrap_or(".")));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Render the operation matrix as JSON: `{"Append": {"Append": "O", ...}, ...}`.
+pub fn render_json() -> String {
+    let ops = operation_matrix();
+    let rows: Vec<String> = OperationKind::ALL
+        .iter()
+        .map(|row| {
+            let cells: Vec<String> = OperationKind::ALL
+                .iter()
+                .map(|col| format!("\"{col}\":\"{}\"", ops.get(&(*row, *col)).copied().unwrap_or(".")))
+                .collect();
+            format!("\"{row}\":{{{}}}", cells.join(","))
+        })
+        .collect();
+    format!("{{{}}}", rows.join(","))
+}

@@ -73,6 +73,9 @@ pub enum ManifestPath {
     /// The whole table. Written by actions that replace the baseline (overwrite, restore) and by
     /// opaque actions; overlaps every path.
     Table,
+    /// Criterion: the table's rows and schema (every fragment, the fragment set, every field's
+    /// values and definition). Claimed by a standalone MemWAL state update.
+    TableData,
     /// Membership of the fragment list: written by anything that adds or removes a fragment.
     FragmentSet,
     Fragment { id: u64, scope: FragmentScope },
@@ -119,6 +122,7 @@ impl ManifestPath {
         use ManifestPath::*;
         match (self, written) {
             (Table, _) | (_, Table) => true,
+            (TableData, other) | (other, TableData) => other.is_table_data(),
             (Fragment { id: a, scope: sa }, Fragment { id: b, scope: sb }) => {
                 a == b && fragment_scopes_overlap(sa, sb)
             }
@@ -153,11 +157,21 @@ impl ManifestPath {
         }
     }
 
+    /// Is this path part of the table's rows or schema (what `TableData` covers)?
+    fn is_table_data(&self) -> bool {
+        use ManifestPath::*;
+        matches!(
+            self,
+            TableData | FragmentSet | Fragment { .. } | FragmentsCoveringField { .. } | FieldValues { .. } | Field { .. } | FieldsOutside { .. }
+        )
+    }
+
     /// A short stable name of the path's kind, used by the matrix and by `explain`.
     pub fn kind_name(&self) -> &'static str {
         use ManifestPath::*;
         match self {
             Table => "table",
+            TableData => "table-data*",
             FragmentSet => "fragment-set",
             Fragment { .. } => "fragment",
             FragmentsCoveringField { .. } => "fragments-covering-field*",
@@ -209,6 +223,7 @@ impl fmt::Display for ManifestPath {
         use ManifestPath::*;
         match self {
             Table => write!(f, "table"),
+            TableData => write!(f, "table.data"),
             FragmentSet => write!(f, "fragments"),
             Fragment { id, scope } => write!(f, "fragment[{id}].{scope:?}"),
             FragmentsCoveringField { field } => write!(f, "fragments[*].data(field {field})"),

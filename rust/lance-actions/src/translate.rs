@@ -12,7 +12,7 @@ use crate::actions::{
     merge_columns::MergeColumns, opaque::Opaque, remove_fragments::RemoveFragments, remove_index::RemoveIndex,
     replace_fragment_columns::{ColumnTarget, ReplaceFragmentColumns}, reserve_fragment_ids::ReserveFragmentIds,
     reset_table::ResetTable, restore::Restore, rewrite_fragments::RewriteFragments, update_config::UpdateConfig,
-    update_deletion_vector::UpdateDeletionVector,
+    update_deletion_vector::UpdateDeletionVector, update_mem_wal_state::UpdateMemWalState,
 };
 use crate::context::{OperationKind, TxnContext};
 use crate::error::{Error, Result};
@@ -98,7 +98,7 @@ pub fn lift(op: &Operation) -> ActionTxn {
         }
         Operation::UpdateMemWalState { compacted_sstables } => {
             cx.compacted_sstables = compacted_sstables.clone();
-            Vec::new()
+            vec![UpdateMemWalState.into()]
         }
         Operation::Clone { is_shallow, ref_name, ref_version, ref_path, branch_name } => vec![
             CloneTable {
@@ -224,6 +224,7 @@ struct Lowering {
     reserve: Option<u32>,
     restore: Option<u64>,
     clone: Option<CloneTable>,
+    memwal: Option<()>,
 }
 
 impl Lowering {
@@ -262,6 +263,7 @@ impl Lowering {
             A::ReserveFragmentIds(a) => set_once(&mut self.reserve, a.count, shell, "ReserveFragmentIds")?,
             A::Restore(a) => set_once(&mut self.restore, a.version, shell, "Restore")?,
             A::CloneTable(a) => set_once(&mut self.clone, a.clone(), shell, "CloneTable")?,
+            A::UpdateMemWalState(_) => set_once(&mut self.memwal, (), shell, "UpdateMemWalState")?,
             A::Opaque(a) => {
                 return Err(not_lowerable(shell, format!("an opaque action ({}) can never be committed", a.description)));
             }
@@ -289,6 +291,7 @@ impl Lowering {
             (ActionKind::ReserveFragmentIds, self.reserve.is_some()),
             (ActionKind::Restore, self.restore.is_some()),
             (ActionKind::CloneTable, self.clone.is_some()),
+            (ActionKind::UpdateMemWalState, self.memwal.is_some()),
         ];
         match present.iter().find(|(kind, here)| *here && !allowed.contains(kind)) {
             Some((kind, _)) => Err(unexpected(shell, *kind)),
@@ -372,7 +375,7 @@ impl Lowering {
                 update_config_op(shell, self.config)?
             }
             OperationKind::UpdateMemWalState => {
-                self.only(shell, &[])?;
+                self.only(shell, &[K::UpdateMemWalState])?;
                 Operation::UpdateMemWalState { compacted_sstables: cx.compacted_sstables.clone() }
             }
             OperationKind::Clone => {

@@ -8,6 +8,9 @@ use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
 
+/// Lance's MemWAL system index; its details carry the shard generations.
+const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
+
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::TxnContext;
 use crate::path::{FieldScope, IndexScope, ManifestPath, Mask};
@@ -37,6 +40,9 @@ impl AddIndex {
 
     fn rebase_one(&mut self, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
+        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.index.name == MEM_WAL_INDEX_NAME {
+            return Verdict::Ok;
+        }
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }

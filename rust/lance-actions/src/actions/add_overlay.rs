@@ -3,7 +3,11 @@
 
 use crate::codec::{self, proto};
 use crate::error::Result;
+use lance_table::format::overlay::OverlayCoverage;
 use lance_table::transaction::DataOverlayGroup;
+use roaring::RoaringBitmap;
+
+use super::update_deletion_vector::UpdateDeletionVector;
 
 use super::{file_fields, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
@@ -17,25 +21,50 @@ pub struct AddOverlay {
     pub group: DataOverlayGroup,
 }
 
+/// Row offsets any overlay of the group supplies values for.
+pub fn overlay_rows(group: &DataOverlayGroup) -> RoaringBitmap {
+    let mut rows = RoaringBitmap::new();
+    for overlay in &group.overlays {
+        match &overlay.coverage {
+            OverlayCoverage::Shared(b) => rows |= b.as_ref(),
+            OverlayCoverage::PerField(bs) => bs.iter().for_each(|b| rows |= b.as_ref()),
+        }
+    }
+    rows
+}
+
 impl AddOverlay {
     fn fields(&self) -> std::collections::BTreeSet<i32> {
         file_fields(self.group.overlays.iter().map(|o| &o.data_file))
     }
 
-    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+    fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddOverlay;
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }
         match (peer.action, peer.their_path) {
+            // Overlays stack: the later committed version wins per cell.
+            (AnyAction::AddOverlay(_), _) => Verdict::Ok,
             (AnyAction::ChangeSchema(cs), _) if !cs.preserves_nullability => {
                 peer.retry(K, Rule::SchemaChanged, "the committed schema change may tighten nullability")
             }
             (AnyAction::ChangeSchema(_), _) => Verdict::Ok,
             // A plain delete leaves overlay cells valid; an update that moves rows out strands them.
             (AnyAction::UpdateDeletionVector(_), _) if !peer.context.moves_rows() => Verdict::Ok,
-            (AnyAction::UpdateDeletionVector(_), _) => {
-                peer.retry(K, Rule::RowsUnknown, "the committed update moved rows our overlay may cover")
+            (AnyAction::UpdateDeletionVector(theirs), _) => {
+                let base = cx.base.fragment(theirs.fragment.id);
+                match UpdateDeletionVector::rows_deleted(theirs.affected_rows.as_ref(), &theirs.fragment, base, cx.facts) {
+                    None => peer.retry(K, Rule::RowsUnknown, "rows the committed update moved are unknown"),
+                    Some(moved) => {
+                        let shared = moved & overlay_rows(&self.group);
+                        if shared.is_empty() {
+                            Verdict::Ok
+                        } else {
+                            peer.retry(K, Rule::RowsOverlap, format!("the committed update moved {} row(s) our overlay covers", shared.len()))
+                        }
+                    }
+                }
             }
             (_, ManifestPath::Fragment { .. }) => {
                 peer.retry(K, Rule::FragmentGone, "the committed transaction removed or rewrote the fragment")
@@ -71,8 +100,8 @@ impl Action for AddOverlay {
         }
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, Self::rebase_one)
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {

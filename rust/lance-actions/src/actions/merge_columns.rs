@@ -39,7 +39,7 @@ impl Action for MergeColumns {
 
     fn reads(&self) -> Mask {
         let mut mask = Mask::new().with(ManifestPath::FragmentSet);
-        for f in self.fragments.iter().filter(|f| f.id != 0) {
+        for f in &self.fragments {
             mask.push(ManifestPath::fragment(f.id, FragmentScope::Whole));
         }
         mask
@@ -50,7 +50,9 @@ impl Action for MergeColumns {
             .with(ManifestPath::FragmentSet)
             .with(ManifestPath::FragmentIdCounter)
             .with(ManifestPath::RowIdCounter);
-        for f in self.fragments.iter().filter(|f| f.id != 0) {
+        // A brand-new fragment also arrives with id 0, indistinguishable here from fragment 0:
+        // claiming fragment 0 too is a safe over-approximation.
+        for f in &self.fragments {
             mask.push(ManifestPath::fragment(f.id, FragmentScope::Whole));
         }
         mask.extend(supplier_writes(&fragment_fields(&self.fragments)));
@@ -66,13 +68,14 @@ impl Action for MergeColumns {
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
-        state.fragments.clear();
+        let existing = std::mem::take(&mut state.fragments);
         for fragment in &self.fragments {
-            let id = if fragment.id == 0 { state.allocate_fragment_id() } else { fragment.id };
+            let is_new = !existing.contains_key(&fragment.id) || state.fragments.contains_key(&fragment.id);
+            let id = if is_new { state.allocate_fragment_id() } else { fragment.id };
             let mut bound = fragment.clone();
             bound.id = id;
             state.fragments.insert(id, bound);
-            if fragment.id == 0 {
+            if is_new {
                 txn.assigned_fragment_ids.push(id);
             }
         }

@@ -19,6 +19,7 @@ pub mod restore;
 pub mod rewrite_fragments;
 pub mod update_config;
 pub mod update_deletion_vector;
+pub mod update_mem_wal_state;
 
 use std::collections::BTreeSet;
 

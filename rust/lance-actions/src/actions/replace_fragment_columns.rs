@@ -13,7 +13,7 @@ use lance_table::format::{DataFile, Fragment};
 use super::{file_fields, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
-use crate::path::{FragmentScope, ManifestPath, Mask};
+use crate::path::{FragmentScope, IndexScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
 
@@ -58,6 +58,15 @@ impl ReplaceFragmentColumns {
         let same_fragment = matches!(peer.their_path, ManifestPath::Fragment { id, .. } if *id == self.fragment_id());
         match peer.action {
             AnyAction::AddFragments(_) | AnyAction::ReserveFragmentIds(_) => Verdict::Ok,
+            AnyAction::AddIndex(ai) => {
+                let covered = ai.index.fragment_bitmap.as_ref().is_none_or(|b| b.contains(self.fragment_id() as u32));
+                if covered {
+                    peer.retry(K, Rule::IndexClash, format!("index {} was trained over a column we replace", ai.index.name))
+                } else {
+                    Verdict::Ok
+                }
+            }
+            AnyAction::RemoveIndex(_) => Verdict::Ok,
             AnyAction::ChangeSchema(cs) => {
                 let dropped = self.fields().into_iter().find(|f| cs.schema.field_by_id(*f).is_none());
                 match dropped {
@@ -98,9 +107,14 @@ impl Action for ReplaceFragmentColumns {
 
     fn reads(&self) -> Mask {
         let id = self.fragment_id();
-        let mut mask = supplier_reads(&self.fields());
+        let fields = self.fields();
+        let mut mask = supplier_reads(&fields);
         mask.push(ManifestPath::fragment(id, FragmentScope::Existence));
         mask.push(ManifestPath::fragment(id, FragmentScope::DeletionVector));
+        // An index trained concurrently over a column we replace would index the old values.
+        for &field in &fields {
+            mask.push(ManifestPath::IndicesCoveringField { field, scope: IndexScope::Coverage });
+        }
         mask
     }
 

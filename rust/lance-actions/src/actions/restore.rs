@@ -25,6 +25,9 @@ impl Restore {
         const K: ActionKind = ActionKind::Restore;
         match peer.action {
             AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
+            AnyAction::UpdateMemWalState(_) => {
+                peer.fail(K, Rule::MemWalGeneration, "a MemWAL state update recorded progress against the table we replace")
+            }
             AnyAction::UpdateConfig(u) if targets_schema_metadata(u) => {
                 peer.fail(K, Rule::LanceCompatible, "a committed schema-metadata update would be discarded")
             }

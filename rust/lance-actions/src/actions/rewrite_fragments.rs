@@ -30,6 +30,10 @@ impl RewriteFragments {
 
     fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::RewriteFragments;
+        // Compaction keeps every row and value, so the MemWAL's claim about the data still holds.
+        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) {
+            return Verdict::Ok;
+        }
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }
@@ -46,6 +50,10 @@ impl RewriteFragments {
                 }
             }
             (AnyAction::InvalidateIndexCoverage(_), _) => Verdict::Ok,
+            // A dropped index needs no remap, unless it is one we remap.
+            (AnyAction::RemoveIndex(ri), _) if !self.rewritten_indices.iter().any(|r| r.old_id == ri.index.uuid) => {
+                Verdict::Ok
+            }
             (_, ManifestPath::Index { .. }) => {
                 peer.retry(K, Rule::IndexClash, "the committed transaction changed an index we remap")
             }

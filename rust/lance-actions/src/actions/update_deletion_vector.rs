@@ -5,6 +5,7 @@
 //! (from the declared affected rows, or from the deletion files read by the commit layer) and marks
 //! the vector for union, which the commit layer performs by writing the merged deletion file.
 
+use super::add_overlay::overlay_rows;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::Fragment;
@@ -33,7 +34,7 @@ impl UpdateDeletionVector {
     }
 
     /// Rows a post-image deleted relative to the base fragment, from declared rows or deletion files.
-    fn rows_deleted(
+    pub(crate) fn rows_deleted(
         declared: Option<&RoaringBitmap>,
         post: &Fragment,
         base: Option<&Fragment>,
@@ -86,8 +87,13 @@ impl UpdateDeletionVector {
             (_, ManifestPath::Fragment { scope: FragmentScope::Existence, .. }) => {
                 peer.retry(K, Rule::FragmentGone, "the committed transaction removed or rewrote the fragment")
             }
-            (_, ManifestPath::Fragment { scope: FragmentScope::Overlays, .. }) => {
-                peer.retry(K, Rule::RowsUnknown, "rows we move may carry the committed overlay's values")
+            (AnyAction::AddOverlay(o), _) => {
+                let base = cx.base.fragment(self.fragment.id);
+                match Self::rows_deleted(self.affected_rows.as_ref(), &self.fragment, base, cx.facts) {
+                    None => peer.retry(K, Rule::RowsUnknown, "rows we move may carry the committed overlay's values"),
+                    Some(moved) if (&moved & &overlay_rows(&o.group)).is_empty() => Verdict::Ok,
+                    Some(_) => peer.retry(K, Rule::RowsOverlap, "rows we move carry the committed overlay's values"),
+                }
             }
             _ => peer.retry(K, Rule::DataFilesChanged, "the committed transaction changed the fragment"),
         }

@@ -1,0 +1,58 @@
+//! `explain`: each version's operation, its actions and their masks.
+
+use lance_actions::{Action, AnyAction, Mask};
+use lance_actions_commit::history::actions_of;
+
+use crate::{CliResult, first_line, open};
+
+fn render_mask(mask: &Mask) -> String {
+    if mask.is_empty() {
+        return "-".into();
+    }
+    mask.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn render_action(i: usize, a: &AnyAction) -> String {
+    format!("  {i}. {}\n       reads:  {}\n       writes: {}\n", a.summary(), render_mask(&a.reads()), render_mask(&a.writes()))
+}
+
+pub async fn run(uri: &str, version: Option<u64>) -> CliResult {
+    let ds = open(uri).await?;
+    let latest = ds.manifest().version;
+    let versions: Vec<u64> = match version {
+        Some(v) if v == 0 || v > latest => return Err(format!("version {v} does not exist (latest is {latest})")),
+        Some(v) => vec![v],
+        None => (1..=latest).collect(),
+    };
+    for v in versions {
+        let txn = match ds.read_transaction_by_version(v).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                println!("v{v}: no transaction recorded (cleaned up)");
+                continue;
+            }
+            Err(e) => {
+                println!("v{v}: transaction unreadable: {}", first_line(&e.to_string()));
+                continue;
+            }
+        };
+        let from_properties = txn
+            .transaction_properties
+            .as_ref()
+            .is_some_and(|p| p.contains_key(lance_actions::codec::PROPERTY_KEY));
+        let source = if from_properties { "encoded actions" } else { "lifted from the operation" };
+        match actions_of(&txn) {
+            Ok(actions) => {
+                println!("v{v}: {} (read v{}, {source})", txn.operation, txn.read_version);
+                if !actions.context.compacted_sstables.is_empty() {
+                    println!("  context: MemWAL shards {:?}", actions.context.compacted_sstables);
+                }
+                for (i, a) in actions.actions.iter().enumerate() {
+                    print!("{}", render_action(i + 1, a));
+                }
+            }
+            Err(e) => println!("v{v}: {} — its action list cannot be read: {e}", txn.operation),
+        }
+    }
+    Ok(())
+}

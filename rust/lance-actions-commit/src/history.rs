@@ -1,0 +1,50 @@
+//! Reading what was committed: each version's transaction as actions.
+//!
+//! A commit made through this project carries its exact action list in the transaction properties
+//! (`lance-actions.v1`); it is decoded fail-closed (a corrupt or newer encoding is an error, never a
+//! fallback to re-lifting). Any other commit (Lance's own writers, pylance) is lifted from its
+//! `Operation`.
+
+use lance::Dataset;
+use lance::dataset::transaction::Transaction;
+use lance_actions::{ActionTxn, Peer, codec, lift};
+
+use crate::error::{Error, LanceContext, Result};
+
+/// The action transaction a Lance transaction carries, or its lifted operation.
+pub fn actions_of(txn: &Transaction) -> Result<ActionTxn, lance_actions::Error> {
+    match txn.transaction_properties.as_ref().and_then(|p| p.get(codec::PROPERTY_KEY)) {
+        Some(encoded) => codec::decode_property(encoded),
+        None => Ok(lift(&txn.operation)),
+    }
+}
+
+/// The transactions committed in `(read_version, latest]` on `latest`'s branch, oldest first.
+pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<(u64, Transaction)>> {
+    let head = latest.manifest().version;
+    if read_version > head {
+        return Err(Error::ReadVersionAhead { read_version, latest: head });
+    }
+    let mut out = Vec::with_capacity((head - read_version) as usize);
+    for version in read_version + 1..=head {
+        let txn = latest
+            .read_transaction_by_version(version)
+            .await
+            .lance(format!("reading the transaction of version {version}"))?
+            .ok_or(Error::MissingTransaction { version })?;
+        out.push((version, txn));
+    }
+    Ok(out)
+}
+
+/// Committed transactions as driver peers.
+pub fn peers_of(committed: &[(u64, Transaction)]) -> Result<Vec<Peer>> {
+    committed
+        .iter()
+        .map(|(version, txn)| {
+            actions_of(txn)
+                .map(|t| Peer { version: *version, txn: t })
+                .map_err(|source| Error::PeerActions { version: *version, source })
+        })
+        .collect()
+}

@@ -1,0 +1,104 @@
+//! Judge a staged (uncommitted) transaction against everything committed after its read version,
+//! with our driver and, side by side, with Lance's resolver.
+
+use std::sync::Arc;
+
+use lance::Dataset;
+use lance::dataset::fragment::FileFragment;
+use lance::dataset::transaction::Transaction;
+use lance::index::DatasetIndexExt;
+use lance_actions::{ActionTxn, AnyAction, Inputs, Resolution, TableState, resolve};
+use lance_select::RowAddrTreeMap;
+use roaring::RoaringBitmap;
+
+use crate::error::{Error, LanceContext, Result};
+use crate::facts::DeletionFacts;
+use crate::history::{actions_of, committed_since, peers_of};
+use crate::oracle::{LanceVerdict, lance_verdict};
+
+/// Both verdicts for one staged transaction.
+#[derive(Debug)]
+pub struct Judgement {
+    pub read_version: u64,
+    pub latest_version: u64,
+    pub resolution: Resolution,
+    pub lance: LanceVerdict,
+}
+
+/// The table state of a dataset version, indices included.
+pub async fn table_state(dataset: &Dataset) -> Result<TableState> {
+    let indices = dataset.load_indices().await.lance("loading index metadata")?;
+    Ok(TableState::from_manifest(dataset.manifest(), &indices))
+}
+
+/// Put the caller's affected rows on our deletion-vector actions, so row-level rebase needs no IO.
+pub fn attach_affected_rows(txn: &mut ActionTxn, affected: Option<&RowAddrTreeMap>) {
+    let Some(affected) = affected else { return };
+    for action in txn.actions.iter_mut() {
+        if let AnyAction::UpdateDeletionVector(u) = action {
+            if let Some(rows) = affected.get_fragment_bitmap(u.fragment.id as u32) {
+                u.affected_rows = Some(rows.clone());
+            }
+        }
+    }
+}
+
+/// Rows a staged transaction deleted, derived from its deletion files: the new vector minus the one
+/// at the read version. This is what a `.txn` file on disk cannot carry.
+pub async fn derive_affected_rows(at_read: &Arc<Dataset>, txn: &Transaction) -> Result<Option<RowAddrTreeMap>> {
+    let ours = actions_of(txn).map_err(|source| Error::Model { source })?;
+    let mut map = RowAddrTreeMap::default();
+    let mut any = false;
+    for action in &ours.actions {
+        let AnyAction::UpdateDeletionVector(u) = action else { continue };
+        let after = deleted_rows(at_read, &u.fragment).await?;
+        let before = match at_read.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
+            Some(f) => deleted_rows(at_read, f).await?,
+            None => RoaringBitmap::new(),
+        };
+        map.insert_bitmap(u.fragment.id as u32, after - before);
+        any = true;
+    }
+    Ok(any.then_some(map))
+}
+
+async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
+    let vector = FileFragment::new(dataset.clone(), fragment.clone())
+        .get_deletion_vector()
+        .await
+        .lance(format!("reading the deletion vector of fragment {}", fragment.id))?;
+    Ok(vector.map(|v| RoaringBitmap::from(v.as_ref())).unwrap_or_default())
+}
+
+/// Judge `staged` (read at `staged.read_version`) against `latest`'s history.
+pub async fn judge(latest: &Arc<Dataset>, staged: &Transaction, affected_rows: Option<&RowAddrTreeMap>) -> Result<Judgement> {
+    let read_version = staged.read_version;
+    let at_read = Arc::new(latest.checkout_version(read_version).await.lance(format!("opening version {read_version}"))?);
+    let committed = committed_since(latest, read_version).await?;
+    judge_against(&at_read, latest, &committed, staged, affected_rows).await
+}
+
+/// Judge `staged` against an explicit list of committed transactions. `latest` is the dataset the
+/// commit would land on; for a peer that was never written (a what-if) it is `at_read` itself.
+pub async fn judge_against(
+    at_read: &Arc<Dataset>,
+    latest: &Arc<Dataset>,
+    committed: &[(u64, Transaction)],
+    staged: &Transaction,
+    affected_rows: Option<&RowAddrTreeMap>,
+) -> Result<Judgement> {
+    let peers = peers_of(committed)?;
+    let mut ours = actions_of(staged).map_err(|source| Error::Model { source })?;
+    attach_affected_rows(&mut ours, affected_rows);
+    let base = table_state(at_read).await?;
+    let head = table_state(latest).await?;
+    let facts = DeletionFacts::load(latest, &base, &ours, &peers).await?;
+    let resolution = resolve(&ours, &Inputs { base: &base, head: Some(&head), peers: &peers, facts: &facts });
+    let lance = lance_verdict(at_read, latest, staged, affected_rows, committed).await;
+    Ok(Judgement {
+        read_version: staged.read_version,
+        latest_version: committed.last().map(|(v, _)| *v).unwrap_or(latest.manifest().version),
+        resolution,
+        lance,
+    })
+}
