@@ -225,6 +225,17 @@ pub fn samples() -> Vec<Sample> {
         upsert("upsert-9-new200", 1, 1, &[200]),
         upsert("upsert-10-new300", 1, 2, &[300]),
         row_update("move-row2", 0, 2),
+        lifted(K::Update, "rewrite-columns-v", Operation::Update {
+            removed_fragment_ids: vec![],
+            updated_fragments: vec![fragment(3)],
+            new_fragments: vec![],
+            fields_modified: vec![1],
+            compacted_sstables: vec![],
+            fields_for_preserving_frag_bitmap: vec![],
+            update_mode: Some(UpdateMode::RewriteColumns),
+            inserted_rows_filter: None,
+            updated_fragment_offsets: None,
+        }),
         row_update("move-row12", 1, 4),
         lifted(K::Project, "drop-s", Operation::Project { schema: dropped, preserves_nullability: true }),
         lifted(K::Project, "nullability", Operation::Project { schema: schema.clone(), preserves_nullability: false }),
@@ -360,4 +371,37 @@ pub fn render_json() -> String {
         })
         .collect();
     format!("{{{}}}", rows.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_matrix_is_what_the_code_generates() {
+        let committed = include_str!("../../../design/conflict-matrix.md");
+        assert!(
+            committed == render_markdown(),
+            "design/conflict-matrix.md is stale: regenerate it with `lance-actions matrix > design/conflict-matrix.md`"
+        );
+    }
+
+    #[test]
+    fn every_operation_kind_has_a_sample_and_every_cell_is_filled() {
+        let kinds: BTreeSet<OperationKind> = samples().iter().map(|s| s.kind).collect();
+        assert_eq!(kinds.len(), 17);
+        let m = operation_matrix();
+        assert_eq!(m.len(), 17 * 17);
+        assert!(m.values().all(|c| *c != "."));
+    }
+
+    #[test]
+    fn opaque_row_fails_everywhere_and_overwrite_wins_over_appends() {
+        let m = operation_matrix();
+        for k in OperationKind::ALL {
+            assert_eq!(m[&(OperationKind::Unknown, k)], "F");
+        }
+        assert_eq!(m[&(OperationKind::Overwrite, OperationKind::Append)], "O");
+        assert_eq!(m[&(OperationKind::Append, OperationKind::Overwrite)], "F");
+    }
 }

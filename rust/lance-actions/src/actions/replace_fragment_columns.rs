@@ -58,6 +58,8 @@ impl ReplaceFragmentColumns {
         let same_fragment = matches!(peer.their_path, ManifestPath::Fragment { id, .. } if *id == self.fragment_id());
         match peer.action {
             AnyAction::AddFragments(_) | AnyAction::ReserveFragmentIds(_) => Verdict::Ok,
+            // An update's own InvalidateIndexCoverage trims the new index when it applies.
+            AnyAction::AddIndex(_) if !self.is_data_replacement() => Verdict::Ok,
             AnyAction::AddIndex(ai) => {
                 let covered = ai.index.fragment_bitmap.as_ref().is_none_or(|b| b.contains(self.fragment_id() as u32));
                 if covered {

@@ -144,3 +144,58 @@ impl UpdateConfig {
         Ok(Self { map, update: UpdateMap { update_entries, replace: p.replace } })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::OperationKind;
+    use crate::driver::{Inputs, Peer, resolve};
+    use crate::txn::ActionTxn;
+    use crate::{NoFacts, TableState};
+
+    fn txn(map: ConfigMap, key: &str, value: Option<&str>) -> ActionTxn {
+        let update = UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: value.map(Into::into) }], replace: false };
+        ActionTxn::new(OperationKind::UpdateConfig, vec![UpdateConfig { map, update }.into()])
+    }
+
+    fn verdict(ours: &ActionTxn, theirs: &ActionTxn) -> &'static str {
+        let base = TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        let peers = [Peer { version: 2, txn: theirs.clone() }];
+        resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts }).verdict.label()
+    }
+
+    #[test]
+    fn schema_metadata_commutes_per_key_and_clashes_on_the_same_key() {
+        let a = txn(ConfigMap::SchemaMetadata, "a", Some("1"));
+        let b = txn(ConfigMap::SchemaMetadata, "b", Some("1"));
+        assert_eq!(verdict(&a, &b), "ok");
+        assert_eq!(verdict(&a, &a.clone()), "fail");
+    }
+
+    #[test]
+    fn field_metadata_commutes_across_keys_of_one_field() {
+        let a = txn(ConfigMap::FieldMetadata(3), "a", Some("1"));
+        let b = txn(ConfigMap::FieldMetadata(3), "b", Some("1"));
+        assert_eq!(verdict(&a, &b), "ok");
+    }
+
+    #[test]
+    fn deleting_a_config_key_twice_commutes_but_delete_vs_upsert_fails() {
+        let del = txn(ConfigMap::Config, "k", None);
+        let put = txn(ConfigMap::Config, "k", Some("v"));
+        assert_eq!(verdict(&del, &del.clone()), "ok");
+        assert_eq!(verdict(&del, &put), "fail");
+        assert_eq!(verdict(&put, &del), "fail");
+    }
+
+    #[test]
+    fn replacing_table_metadata_clashes_with_any_key_of_that_map() {
+        let mut replace = txn(ConfigMap::TableMetadata, "a", Some("1"));
+        if let crate::AnyAction::UpdateConfig(u) = &mut replace.actions[0] {
+            u.update.replace = true;
+        }
+        let other = txn(ConfigMap::TableMetadata, "zzz", Some("1"));
+        assert_eq!(verdict(&other, &replace), "fail");
+        assert_eq!(verdict(&txn(ConfigMap::Config, "zzz", Some("1")), &replace), "ok");
+    }
+}

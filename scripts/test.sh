@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, property, conformance (against Lance's own resolver) and CLI tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cargo test --workspace --locked "$@"
