@@ -153,28 +153,24 @@ fn memwal_vs_reset(ours: &ActionTxn, peer: &Peer) -> Verdict {
     Verdict::Ok
 }
 
-/// Peer actions whose writes overlap `ours`, each with the first overlapping pair of paths.
+/// Every (peer action, path it wrote) that one of our paths overlaps, each with the first of our
+/// paths that overlaps it. One entry per written path, so a rebase sees every way the peer touched
+/// us and its answer never depends on which overlap a scan happened to meet first.
 fn overlapping_peer_actions<'a>(
     ours: &'a Mask,
     peer: &'a Peer,
     peer_writes: &'a [Mask],
     our_shell: crate::context::OperationKind,
 ) -> Vec<PeerAction<'a>> {
-    peer.txn
-        .actions
-        .iter()
-        .zip(peer_writes)
-        .filter_map(|(action, written)| {
-            ours.first_overlap(written).map(|(our_path, their_path)| PeerAction {
-                version: peer.version,
-                action,
-                context: &peer.txn.context,
-                our_path,
-                their_path,
-                our_shell,
-            })
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (action, written) in peer.txn.actions.iter().zip(peer_writes) {
+        for their_path in written.iter() {
+            if let Some(our_path) = ours.iter().find(|p| p.overlaps(their_path)) {
+                out.push(PeerAction { version: peer.version, action, context: &peer.txn.context, our_path, their_path, our_shell });
+            }
+        }
+    }
+    out
 }
 
 /// Validate each action against the head state with the effects of the actions before it applied.

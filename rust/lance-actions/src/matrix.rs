@@ -308,10 +308,18 @@ fn single_rebase(base: &TableState, ours_cx: &TxnContext, a: &AnyAction, their_c
     let mut mask = a.reads();
     mask.extend(a.writes());
     let written = b.writes();
-    let (our_path, their_path) = mask.first_overlap(&written)?;
-    let peer = PeerAction { version: 2, action: b, context: their_cx, our_path, their_path, our_shell: ours_cx.shell };
+    let peers: Vec<PeerAction<'_>> = written
+        .iter()
+        .filter_map(|their_path| {
+            let our_path = mask.iter().find(|p| p.overlaps(their_path))?;
+            Some(PeerAction { version: 2, action: b, context: their_cx, our_path, their_path, our_shell: ours_cx.shell })
+        })
+        .collect();
+    if peers.is_empty() {
+        return None;
+    }
     let cx = RebaseCx { base, ours: ours_cx, facts: &NoFacts };
-    Some(a.clone().rebase(&cx, &[peer]))
+    Some(a.clone().rebase(&cx, &peers))
 }
 
 /// Render both matrices as the markdown of design/conflict-matrix.md.

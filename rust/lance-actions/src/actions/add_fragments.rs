@@ -45,13 +45,25 @@ impl AddFragments {
             ),
             (AnyAction::AddFragments(theirs), _) => self.rebase_against_insert(peer, theirs),
             // A committed in-place write of a key column changes keys we cannot see.
-            (_, ManifestPath::FieldValues { field }) if self.key_fields().contains(field) => peer.retry(
-                K,
-                Rule::KeysUnverifiable,
-                format!("the committed action rewrote values of key field {field}"),
-            ),
-            _ => Verdict::Ok,
+            _ => match self.rewritten_key_field(peer) {
+                Some(field) => peer.retry(
+                    K,
+                    Rule::KeysUnverifiable,
+                    format!("the committed action rewrote values of key field {field}"),
+                ),
+                None => Verdict::Ok,
+            },
         }
+    }
+
+    /// A key field whose values the peer writes (judged on the peer's whole write mask, so the
+    /// answer does not depend on which overlapping path the screen happened to report first).
+    fn rewritten_key_field(&self, peer: &PeerAction<'_>) -> Option<i32> {
+        let keys = self.key_fields();
+        peer.action.writes().iter().find_map(|p| match p {
+            ManifestPath::FieldValues { field } if keys.contains(field) => Some(*field),
+            _ => None,
+        })
     }
 
     fn key_fields(&self) -> Vec<i32> {
@@ -101,11 +113,11 @@ impl Action for AddFragments {
         if !self.inserts_rows() {
             return Mask::new();
         }
-        let mut mask = Mask::new()
-            .with(ManifestPath::FragmentSet)
-            .with(ManifestPath::FragmentIdCounter)
-            .with(ManifestPath::RowIdCounter);
-        mask.extend(supplier_writes(&fragment_fields(&self.fragments)));
+        // Values first: when two inserts meet, the reported overlap names the (key) field.
+        let mut mask = supplier_writes(&fragment_fields(&self.fragments));
+        mask.push(ManifestPath::FragmentSet);
+        mask.push(ManifestPath::FragmentIdCounter);
+        mask.push(ManifestPath::RowIdCounter);
         mask
     }
 

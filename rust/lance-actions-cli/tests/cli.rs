@@ -1,0 +1,124 @@
+//! The `lance-actions` binary on real datasets: explain, check (.txn files), matrix, demo, errors.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use lance::dataset::CommitBuilder;
+use lance_actions_commit::scenario::{Staged, create_sample, stage_append, stage_delete};
+use lance_table::format::pb;
+use prost::Message;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lance-actions"))
+}
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = bin().args(args).output().expect("run lance-actions");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn write_txn(staged: &Staged, path: &Path) {
+    let pb = pb::Transaction::try_from(&staged.txn).expect("encode transaction");
+    std::fs::write(path, pb.encode_to_vec()).expect("write .txn");
+}
+
+/// A sample table with `first` committed and `second` staged at the same read version.
+async fn race(dir: &Path, first: &str, second: &str) -> (String, std::path::PathBuf) {
+    let uri = dir.join("t");
+    let uri_s = uri.to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri_s).await.expect("sample");
+    let a = stage_delete(&ds, "a", first).await.expect("stage a");
+    let b = stage_delete(&ds, "b", second).await.expect("stage b");
+    CommitBuilder::new(ds.clone())
+        .with_affected_rows(a.affected_rows.clone().expect("rows"))
+        .execute(a.txn.clone())
+        .await
+        .expect("commit a");
+    let txn = dir.join("b.txn");
+    write_txn(&b, &txn);
+    (uri_s, txn)
+}
+
+fn json_check(uri: &str, txn: &Path) -> serde_json::Value {
+    let (ok, out, err) = run(&["check", uri, "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert!(ok, "check failed: {err}");
+    serde_json::from_str(out.trim()).expect("one JSON object")
+}
+
+#[tokio::test]
+async fn check_reports_row_disjoint_deletes_as_ok_without_affected_rows_in_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (uri, txn) = race(dir.path(), "id IN (4, 5)", "id IN (0, 1)").await;
+    let v = json_check(&uri, &txn);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    assert_eq!(v["lance_verdict"], "ok", "{v}");
+    assert_eq!(v["peers"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn check_explains_a_row_overlap_with_the_peer_version_and_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (uri, txn) = race(dir.path(), "id IN (0, 1)", "id = 1").await;
+    let v = json_check(&uri, &txn);
+    assert_eq!(v["verdict"], "retry", "{v}");
+    assert_eq!(v["lance_verdict"], "retry", "{v}");
+    assert_eq!(v["reason"]["rule"], "RowsOverlap");
+    assert_eq!(v["reason"]["peer_version"], v["latest_version"]);
+    assert!(v["reason"]["path"].as_str().is_some_and(|p| p.contains("fragment[0].DeletionVector")), "{v}");
+}
+
+#[tokio::test]
+async fn explain_shows_lifted_actions_and_masks_for_every_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t");
+    let uri_s = uri.to_str().expect("utf-8");
+    let ds = create_sample(uri_s).await.expect("sample");
+    let staged = stage_append(&ds, "x", &[500]).await.expect("stage");
+    CommitBuilder::new(Arc::clone(&ds)).execute(staged.txn).await.expect("commit");
+    let (ok, out, err) = run(&["explain", uri_s]);
+    assert!(ok, "{err}");
+    assert!(out.contains("v1: Overwrite"), "{out}");
+    assert!(out.contains("v2: CreateIndex"), "{out}");
+    assert!(out.contains("v3: UpdateConfig"), "{out}");
+    assert!(out.contains("v4: Append"), "{out}");
+    assert!(out.contains("AddFragments(1 fragment(s))"), "{out}");
+    assert!(out.contains("writes: values(field 0), values(field 1), values(field 2), fragments, counter.fragment_id"), "{out}");
+    let (ok, one, _) = run(&["explain", uri_s, "--version", "4"]);
+    assert!(ok && one.starts_with("v4: Append") && !one.contains("v1:"), "{one}");
+}
+
+#[test]
+fn errors_are_one_line_and_exit_non_zero() {
+    let (ok, _, err) = run(&["explain", "/nonexistent/dataset"]);
+    assert!(!ok);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no such path"), "{err}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, _, err) = run(&["explain", dir.path().to_str().expect("utf-8")]);
+    assert!(!ok);
+    assert!(err.starts_with("error: ") && err.contains("not a Lance dataset"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn matrix_json_has_every_cell() {
+    let (ok, out, _) = run(&["matrix", "--format", "json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    let rows = v.as_object().expect("object");
+    assert_eq!(rows.len(), 17);
+    assert!(rows.values().all(|r| r.as_object().is_some_and(|c| c.len() == 17)));
+    assert_eq!(v["Unknown"]["Append"], "F");
+}
+
+#[test]
+fn demo_prints_both_verdicts_for_four_scenarios() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, out, err) = run(&["demo", "--dir", dir.path().to_str().expect("utf-8")]);
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("ours:").count(), 4, "{out}");
+    assert_eq!(out.matches("lance:").count(), 4, "{out}");
+    assert_eq!(out.matches("ours:  ok").count(), 2, "{out}");
+    assert_eq!(out.matches("ours:  retry").count(), 2, "{out}");
+}
