@@ -56,14 +56,30 @@ fn judged_under_reset(kind: ActionKind) -> bool {
     matches!(kind, ActionKind::ResetTable | ActionKind::Restore | ActionKind::UpdateConfig | ActionKind::AddBases)
 }
 
-/// Judge `ours` against `inputs.peers`.
+/// Judge `ours` against `inputs.peers`; the rebased transaction is returned in the resolution.
 pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
     let mut txn = ours.clone();
+    let (verdict, peers) = resolve_in_place(&mut txn, inputs);
+    Resolution { verdict, txn, peers }
+}
+
+/// Judge `txn` against `inputs.peers`, rebasing it in place (no copy of the transaction).
+pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
     let mut peers = Vec::with_capacity(inputs.peers.len());
     let mut verdict = Verdict::Ok;
-    if let (true, Some(first)) = (ours.is_opaque(), inputs.peers.first()) {
+    if let (true, Some(first)) = (txn.is_opaque(), inputs.peers.first()) {
         verdict = opaque_verdict(first.version);
     }
+    // Our masks do not change during rebase (a rebase adjusts payloads, never coordinates).
+    let masks: Vec<Mask> = txn
+        .actions
+        .iter()
+        .map(|a| {
+            let mut m = a.reads();
+            m.extend(a.writes());
+            m
+        })
+        .collect();
     for peer in inputs.peers {
         if matches!(verdict, Verdict::Fail(_)) {
             break;
@@ -73,16 +89,16 @@ pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
             peers.push(PeerCheck { version: peer.version, overlapping_pairs: 0, verdict: verdict.clone() });
             break;
         }
-        let check = check_peer(&mut txn, inputs, peer);
+        let check = check_peer(txn, &masks, inputs, peer);
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
     if verdict.is_ok() {
         if let Some(head) = inputs.head {
-            verdict = validate_and_apply(&txn, head);
+            verdict = validate_and_apply(txn, head);
         }
     }
-    Resolution { verdict, txn, peers }
+    (verdict, peers)
 }
 
 fn opaque_verdict(peer_version: u64) -> Verdict {
@@ -109,20 +125,17 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 }
 
 /// Screen and rebase all of our actions against one committed peer.
-fn check_peer(txn: &mut ActionTxn, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
+fn check_peer(txn: &mut ActionTxn, masks: &[Mask], inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     let peer_writes: Vec<Mask> = peer.txn.actions.iter().map(Action::writes).collect();
     let resets = txn.resets_baseline();
-    let context = txn.context.clone();
-    let cx = RebaseCx { base: inputs.base, ours: &context, facts: inputs.facts };
-    let mut verdict = context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
+    let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
+    let cx = RebaseCx { base: inputs.base, ours: &txn.context, facts: inputs.facts };
     let mut overlapping_pairs = 0;
-    for action in txn.actions.iter_mut() {
+    for (action, ours_mask) in txn.actions.iter_mut().zip(masks) {
         if resets && !judged_under_reset(action.kind()) {
             continue;
         }
-        let mut ours_mask = action.reads();
-        ours_mask.extend(action.writes());
-        let overlaps = overlapping_peer_actions(&ours_mask, peer, &peer_writes, context.shell);
+        let overlaps = overlapping_peer_actions(ours_mask, peer, &peer_writes, cx.ours.shell);
         if overlaps.is_empty() {
             continue;
         }

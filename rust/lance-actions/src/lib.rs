@@ -23,7 +23,7 @@ pub mod verdict;
 
 pub use action::{Action, ActionKind, AnyAction, NoFacts, RebaseFacts};
 pub use context::{OperationKind, TxnContext};
-pub use driver::{Inputs, Peer, Resolution, resolve};
+pub use driver::{Inputs, Peer, Resolution, resolve, resolve_in_place};
 pub use error::{Error, Result};
 pub use path::{ManifestPath, Mask};
 pub use state::TableState;

@@ -45,29 +45,19 @@ impl AddFragments {
             ),
             (AnyAction::AddFragments(theirs), _) => self.rebase_against_insert(peer, theirs),
             // A committed in-place write of a key column changes keys we cannot see.
-            _ => match self.rewritten_key_field(peer) {
-                Some(field) => peer.retry(
-                    K,
-                    Rule::KeysUnverifiable,
-                    format!("the committed action rewrote values of key field {field}"),
-                ),
-                None => Verdict::Ok,
-            },
+            // Every written path of the peer reaches us as its own `PeerAction`, so matching on the
+            // path is order-independent.
+            (_, ManifestPath::FieldValues { field }) if self.key_fields().contains(field) => peer.retry(
+                K,
+                Rule::KeysUnverifiable,
+                format!("the committed action rewrote values of key field {field}"),
+            ),
+            _ => Verdict::Ok,
         }
     }
 
-    /// A key field whose values the peer writes (judged on the peer's whole write mask, so the
-    /// answer does not depend on which overlapping path the screen happened to report first).
-    fn rewritten_key_field(&self, peer: &PeerAction<'_>) -> Option<i32> {
-        let keys = self.key_fields();
-        peer.action.writes().iter().find_map(|p| match p {
-            ManifestPath::FieldValues { field } if keys.contains(field) => Some(*field),
-            _ => None,
-        })
-    }
-
-    fn key_fields(&self) -> Vec<i32> {
-        self.keys.as_ref().map(|k| k.field_ids().to_vec()).unwrap_or_default()
+    fn key_fields(&self) -> &[i32] {
+        self.keys.as_ref().map(|k| k.field_ids()).unwrap_or_default()
     }
 
     /// Two inserts commute unless keys may collide. Symmetric by design (RFC-023 §5.3): an undeclared
