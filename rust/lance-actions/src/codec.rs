@@ -69,6 +69,7 @@ pub fn encode(txn: &ActionTxn) -> Vec<u8> {
         format_version: FORMAT_VERSION,
         context: Some(encode_context(&txn.context)),
         actions: txn.actions.iter().map(AnyAction::encode).collect(),
+        action_count: Some(txn.actions.len() as u32),
     }
     .encode_to_vec()
 }
@@ -80,6 +81,10 @@ pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
         0 => return Err(corrupt("missing format version")),
         v if v > FORMAT_VERSION => return Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
         _ => {}
+    }
+    let count = required(list.action_count, "action count")?;
+    if count as usize != list.actions.len() {
+        return Err(corrupt(format!("{} action(s) present, {count} declared", list.actions.len())));
     }
     let context = decode_context(required(list.context, "transaction context")?)?;
     let actions = list

@@ -301,6 +301,7 @@ impl Lowering {
 
     fn finish(self, shell: OperationKind, cx: &TxnContext) -> Result<Operation> {
         use ActionKind as K;
+        check_context_fits(shell, cx)?;
         if !cx.compacted_sstables.is_empty() && !matches!(shell, OperationKind::Update | OperationKind::UpdateMemWalState) {
             return Err(not_lowerable(shell, "only Update and UpdateMemWalState carry compacted SSTables"));
         }
@@ -429,6 +430,21 @@ impl Lowering {
             },
             updated_fragment_offsets: cx.updated_fragment_offsets.clone(),
         })
+    }
+}
+
+/// Context fields belong to one shell each; a field the shell cannot carry would be dropped.
+fn check_context_fits(shell: OperationKind, cx: &TxnContext) -> Result<()> {
+    let is_update = shell == OperationKind::Update;
+    let misplaced = [
+        ("a predicate", !cx.predicate.is_empty() && shell != OperationKind::Delete),
+        ("an update mode", cx.update_mode.is_some() && !is_update),
+        ("fields for preserving fragment bitmaps", !cx.fields_for_preserving_frag_bitmap.is_empty() && !is_update),
+        ("updated fragment offsets", cx.updated_fragment_offsets.is_some() && !is_update),
+    ];
+    match misplaced.iter().find(|(_, here)| *here) {
+        Some((what, _)) => Err(not_lowerable(shell, format!("a {shell} operation cannot carry {what}"))),
+        None => Ok(()),
     }
 }
 
