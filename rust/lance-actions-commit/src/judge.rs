@@ -62,7 +62,7 @@ pub async fn derive_affected_rows(at_read: &Arc<Dataset>, txn: &Transaction) -> 
     Ok(any.then_some(map))
 }
 
-async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
+pub(crate) async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
     let vector = FileFragment::new(dataset.clone(), fragment.clone())
         .get_deletion_vector()
         .await

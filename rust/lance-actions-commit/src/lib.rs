@@ -4,13 +4,16 @@
 //! as actions (decoding our own encoded lists fail-closed, lifting everything else), performs the IO
 //! a rebase needs (deletion vectors), and runs Lance's own resolver side by side as an oracle.
 
+pub mod commit;
 pub mod error;
+pub mod expect_version;
 pub mod facts;
 pub mod history;
 pub mod judge;
 pub mod oracle;
 pub mod scenario;
 
+pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};
 pub use error::{Error, Result};
 pub use judge::{Judgement, judge, judge_against};
 pub use oracle::LanceVerdict;

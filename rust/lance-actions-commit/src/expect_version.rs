@@ -1,0 +1,210 @@
+//! A commit handler that lands a manifest only at the version our driver checked up to.
+//!
+//! Lance's commit loop rebases a transaction over every version after its read version before it
+//! writes the manifest, even with `with_max_retries(0)`. We commit with `read_version` = the head our
+//! driver checked, so that rebase is empty unless another writer landed in between, in which case
+//! Lance would rebase us over a peer our driver never saw. This wrapper refuses to write any manifest
+//! whose version is not `checked head + 1`: then nothing lands, and our loop re-reads and re-checks.
+//!
+//! Lance reports the refusal as an ambiguous outcome ("commit status unknown"), so the wrapper
+//! records what happened; the caller reads that record to know definitively whether the manifest
+//! was written.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use futures::stream::BoxStream;
+use lance_io::object_store::ObjectStore;
+use lance_table::format::{IndexMetadata, Manifest, Transaction};
+use lance_table::io::commit::{
+    CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter, PredecessorIdentity,
+};
+use object_store::ObjectStore as OSObjectStore;
+use object_store::path::Path;
+
+/// What happened at the manifest write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRecord {
+    /// Lance never reached the manifest write (an error before it).
+    NotAttempted,
+    /// Lance asked for a different version than the one we checked up to: refused, nothing written.
+    Refused { asked: u64 },
+    /// The inner handler reported another manifest already at that version: nothing written.
+    LostRace,
+    /// The manifest was written.
+    Written { version: u64 },
+    /// The write failed with an error whose effect is unknown.
+    Failed { message: String },
+}
+
+#[derive(Debug)]
+pub struct ExpectVersion {
+    inner: Arc<dyn CommitHandler>,
+    expected: u64,
+    record: Mutex<WriteRecord>,
+}
+
+impl ExpectVersion {
+    pub fn new(inner: Arc<dyn CommitHandler>, expected: u64) -> Self {
+        Self { inner, expected, record: Mutex::new(WriteRecord::NotAttempted) }
+    }
+
+    pub fn record(&self) -> WriteRecord {
+        self.record.lock().map(|r| r.clone()).unwrap_or(WriteRecord::NotAttempted)
+    }
+
+    fn set(&self, r: WriteRecord) {
+        if let Ok(mut slot) = self.record.lock() {
+            *slot = r;
+        }
+    }
+
+    fn note(&self, result: &Result<ManifestLocation, CommitError>, version: u64) {
+        self.set(match result {
+            Ok(_) => WriteRecord::Written { version },
+            Err(CommitError::CommitConflict) => WriteRecord::LostRace,
+            Err(CommitError::OtherError(e)) => WriteRecord::Failed { message: e.to_string() },
+        });
+    }
+
+    fn refuse(&self, manifest: &Manifest) -> Option<CommitError> {
+        (manifest.version != self.expected).then(|| {
+            self.set(WriteRecord::Refused { asked: manifest.version });
+            CommitError::CommitConflict
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl CommitHandler for ExpectVersion {
+    fn is_version_not_found_definitive(&self) -> bool {
+        self.inner.is_version_not_found_definitive()
+    }
+
+    fn propagate_commit_error_after_success(&self) -> bool {
+        self.inner.propagate_commit_error_after_success()
+    }
+
+    async fn resolve_latest_location(&self, base_path: &Path, object_store: &ObjectStore) -> lance_core::Result<ManifestLocation> {
+        self.inner.resolve_latest_location(base_path, object_store).await
+    }
+
+    async fn resolve_version_location(
+        &self,
+        base_path: &Path,
+        version: u64,
+        object_store: &dyn OSObjectStore,
+    ) -> lance_core::Result<ManifestLocation> {
+        self.inner.resolve_version_location(base_path, version, object_store).await
+    }
+
+    async fn version_exists(
+        &self,
+        base_path: &Path,
+        version: u64,
+        object_store: &dyn OSObjectStore,
+        naming_scheme: ManifestNamingScheme,
+    ) -> lance_core::Result<bool> {
+        self.inner.version_exists(base_path, version, object_store, naming_scheme).await
+    }
+
+    fn list_detached_manifest_locations<'a>(
+        &self,
+        base_path: &Path,
+        object_store: &'a ObjectStore,
+    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
+        self.inner.list_detached_manifest_locations(base_path, object_store)
+    }
+
+    fn list_manifest_locations<'a>(
+        &self,
+        base_path: &Path,
+        object_store: &'a ObjectStore,
+        sorted_descending: bool,
+    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
+        self.inner.list_manifest_locations(base_path, object_store, sorted_descending)
+    }
+
+    fn list_manifest_locations_since<'a>(
+        &self,
+        base_path: &Path,
+        object_store: &'a ObjectStore,
+        since_version: u64,
+    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
+        self.inner.list_manifest_locations_since(base_path, object_store, since_version)
+    }
+
+    async fn commit(
+        &self,
+        manifest: &mut Manifest,
+        indices: Option<Vec<IndexMetadata>>,
+        base_path: &Path,
+        object_store: &ObjectStore,
+        manifest_writer: ManifestWriter,
+        naming_scheme: ManifestNamingScheme,
+        transaction: Option<Transaction>,
+    ) -> Result<ManifestLocation, CommitError> {
+        if let Some(refusal) = self.refuse(manifest) {
+            return Err(refusal);
+        }
+        let version = manifest.version;
+        let result = self
+            .inner
+            .commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
+            .await;
+        self.note(&result, version);
+        result
+    }
+
+    fn supports_predecessor_condition(&self) -> bool {
+        self.inner.supports_predecessor_condition()
+    }
+
+    async fn resolve_latest_identity(
+        &self,
+        base_path: &Path,
+        object_store: &ObjectStore,
+    ) -> lance_core::Result<Option<PredecessorIdentity>> {
+        self.inner.resolve_latest_identity(base_path, object_store).await
+    }
+
+    async fn resolve_identity(
+        &self,
+        base_path: &Path,
+        object_store: &ObjectStore,
+        version: u64,
+    ) -> lance_core::Result<Option<PredecessorIdentity>> {
+        self.inner.resolve_identity(base_path, object_store, version).await
+    }
+
+    async fn commit_after(
+        &self,
+        manifest: &mut Manifest,
+        indices: Option<Vec<IndexMetadata>>,
+        base_path: &Path,
+        object_store: &ObjectStore,
+        manifest_writer: ManifestWriter,
+        naming_scheme: ManifestNamingScheme,
+        transaction: Option<Transaction>,
+        predecessor: &PredecessorIdentity,
+    ) -> Result<ManifestLocation, CommitError> {
+        if let Some(refusal) = self.refuse(manifest) {
+            return Err(refusal);
+        }
+        let version = manifest.version;
+        let result = self
+            .inner
+            .commit_after(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction, predecessor)
+            .await;
+        self.note(&result, version);
+        result
+    }
+
+    async fn forget_version(&self, base_path: &Path, version: u64, identity: &str) -> lance_core::Result<()> {
+        self.inner.forget_version(base_path, version, identity).await
+    }
+
+    async fn delete(&self, base_path: &Path) -> lance_core::Result<()> {
+        self.inner.delete(base_path).await
+    }
+}

@@ -1,0 +1,6 @@
+//! The authoritative commit loop on real datasets. One test binary; modules inside.
+
+mod basics;
+mod concurrency;
+mod faults;
+mod support;
