@@ -205,7 +205,13 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
             frag_reuse_index: None,
         }
     };
-    let replace = |i: usize| Operation::DataReplacement { replacements: vec![DataReplacementGroup(frag(i).id, frag(i).files[0].clone())] };
+    // A new file for the same columns (as null-column population writes); Lance refuses a
+    // replacement that changes nothing.
+    let replace = |i: usize| {
+        let mut file = frag(i).files[0].clone();
+        file.path = format!("replacement-{i}.lance");
+        Operation::DataReplacement { replacements: vec![DataReplacementGroup(frag(i).id, file)] }
+    };
     let overlay = |i: usize| {
         let mut file = frag(i).files[0].clone();
         file.path = format!("overlay-{i}.lance");
