@@ -208,6 +208,7 @@ impl ActionCommit {
                 .build();
             let inner = commit_handler_from_url(latest.uri(), &None).await.map_err(lance_err("opening the commit handler"))?;
             let handler = Arc::new(ExpectVersion::new(inner, head + 1));
+            crate::crash::point("before-lance-commit");
             let result = CommitBuilder::new(latest.clone())
                 .with_commit_handler(handler.clone())
                 .with_max_retries(0)

@@ -148,10 +148,14 @@ impl CommitHandler for ExpectVersion {
             return Err(refusal);
         }
         let version = manifest.version;
+        crate::crash::point("after-transaction-file");
         let result = self
             .inner
             .commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
             .await;
+        if result.is_ok() {
+            crate::crash::point("after-manifest");
+        }
         self.note(&result, version);
         result
     }
@@ -192,10 +196,14 @@ impl CommitHandler for ExpectVersion {
             return Err(refusal);
         }
         let version = manifest.version;
+        crate::crash::point("after-transaction-file");
         let result = self
             .inner
             .commit_after(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction, predecessor)
             .await;
+        if result.is_ok() {
+            crate::crash::point("after-manifest");
+        }
         self.note(&result, version);
         result
     }

@@ -5,6 +5,7 @@
 //! a rebase needs (deletion vectors), and runs Lance's own resolver side by side as an oracle.
 
 pub mod commit;
+pub mod crash;
 pub mod error;
 pub mod expect_version;
 pub mod facts;

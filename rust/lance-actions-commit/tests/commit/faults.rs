@@ -95,3 +95,44 @@ fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// Child process: commit one delete through the driver with a crash point armed.
+#[tokio::test]
+async fn crash_child() {
+    let Ok(uri) = std::env::var("LA_CRASH_URI") else { return };
+    let ds = latest(&uri).await;
+    let staged = stage_delete(&ds, "crash", "id = 3").await.expect("stage");
+    let _ = ds.action_commit().execute(staged.txn).await;
+}
+
+#[tokio::test]
+async fn a_crash_at_any_step_leaves_the_old_or_the_new_version_never_a_partial_one() {
+    let exe = std::env::current_exe().expect("test binary");
+    for (point, lands) in [("before-lance-commit", false), ("after-transaction-file", false), ("after-manifest", true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+        let before = create_sample(&uri).await.expect("sample").manifest().version;
+        let status = std::process::Command::new(&exe)
+            .args(["--exact", "faults::crash_child", "--nocapture", "--test-threads", "1"])
+            .env("LA_CRASH_URI", &uri)
+            .env("LANCE_ACTIONS_CRASH_AT", point)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("spawn");
+        assert!(!status.success(), "{point}: the child should have been killed");
+        let ds = latest(&uri).await;
+        let (ids, total) = scan_ids(&ds).await;
+        if lands {
+            assert_eq!(ds.manifest().version, before + 1, "{point}");
+            assert!(!ids.contains(&3) && total == 31, "{point}: the landed delete is whole");
+        } else {
+            assert_eq!(ds.manifest().version, before, "{point}");
+            assert!(ids.contains(&3) && total == 32, "{point}: nothing partial is visible");
+        }
+        // The table is not wedged: the next commit through the driver lands.
+        let next = stage_append(&ds, "after", &[777]).await.expect("stage");
+        let (landed, _) = ds.action_commit().execute(next.txn).await.expect("commit after the crash");
+        assert_eq!(landed.manifest().version, ds.manifest().version + 1, "{point}");
+    }
+}
