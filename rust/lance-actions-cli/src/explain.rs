@@ -56,3 +56,47 @@ pub async fn run(uri: &str, version: Option<u64>) -> CliResult {
     }
     Ok(())
 }
+
+/// `log`: one entry per version, newest first: who wrote it, its actions, how it got there.
+pub async fn log(uri: &str) -> CliResult {
+    let ds = open(uri).await?;
+    let latest = ds.manifest().version;
+    for v in (1..=latest).rev() {
+        let txn = match ds.read_transaction_by_version(v).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                println!("v{v}  (transaction cleaned up)");
+                continue;
+            }
+            Err(e) => {
+                println!("v{v}  (transaction unreadable: {})", first_line(&e.to_string()));
+                continue;
+            }
+        };
+        let props = txn.transaction_properties.clone().unwrap_or_default();
+        let writer = if props.contains_key(lance_actions::codec::PROPERTY_KEY) { "lance-actions" } else { "lance" };
+        println!("v{v}  {}  read v{}  txn {}  written by {writer}", txn.operation, txn.read_version, txn.uuid);
+        match actions_of(&txn) {
+            Ok(actions) => {
+                for a in &actions.actions {
+                    println!("    {}", a.summary());
+                }
+            }
+            Err(e) => println!("    actions unreadable: {e}"),
+        }
+        if let Some(history) = props.get(lance_actions_commit::commit::HISTORY_KEY) {
+            for line in history.lines() {
+                println!("    attempt: {line}");
+            }
+        }
+        let mut other: Vec<_> = props
+            .iter()
+            .filter(|(k, _)| k.as_str() != lance_actions::codec::PROPERTY_KEY && k.as_str() != lance_actions_commit::commit::HISTORY_KEY)
+            .collect();
+        other.sort();
+        for (k, val) in other {
+            println!("    {k} = {val}");
+        }
+    }
+    Ok(())
+}

@@ -34,6 +34,8 @@ enum Command {
         #[arg(long)]
         version: Option<u64>,
     },
+    /// Each version with its actions, the verdict history recorded by our commits, and provenance.
+    Log { uri: String },
     /// Judge an uncommitted Lance transaction (.txn) against the versions committed after its
     /// read version: our verdict and reason next to Lance's own.
     Check {
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::Explain { uri, version } => explain::run(&uri, version).await,
+            Command::Log { uri } => explain::log(&uri).await,
             Command::Check { uri, txn, json } => check::run(&uri, &txn, json).await,
             Command::Demo { dir } => demo::run(dir).await,
         }

@@ -122,3 +122,22 @@ fn demo_prints_both_verdicts_for_four_scenarios() {
     assert_eq!(out.matches("ours:  ok").count(), 2, "{out}");
     assert_eq!(out.matches("ours:  retry").count(), 2, "{out}");
 }
+
+#[tokio::test]
+async fn log_shows_writer_actions_and_verdict_history() {
+    use lance_actions_commit::DatasetActionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t");
+    let uri_s = uri.to_str().expect("utf-8");
+    let ds = create_sample(uri_s).await.expect("sample");
+    let staged = stage_delete(&ds, "d", "id = 4").await.expect("stage");
+    let rows = staged.affected_rows.clone().expect("delete reports its rows");
+    ds.action_commit().with_affected_rows(rows).execute(staged.txn).await.expect("commit through the driver");
+    let (ok, out, err) = run(&["log", uri_s]);
+    assert!(ok, "{err}");
+    let newest = out.lines().next().expect("a line");
+    assert!(newest.starts_with("v4  Delete") && newest.ends_with("written by lance-actions"), "{out}");
+    assert!(out.contains("UpdateDeletionVector(fragment 0, 1 row(s))"), "{out}");
+    assert!(out.contains("attempt: head v3: 0 peer(s), ok"), "{out}");
+    assert!(out.contains("v1  Overwrite") && out.contains("written by lance"), "{out}");
+}
