@@ -34,17 +34,33 @@ impl RebaseFacts for MemFacts {
 }
 
 async fn dataset(dir: &std::path::Path, fragments: usize) -> Arc<Dataset> {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("v", DataType::Int64, true)]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("v", DataType::Int64, true)]));
     let ids: Vec<i64> = (0..fragments as i64).collect();
-    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.clone())), Arc::new(Int64Array::from(ids))]).expect("batch");
-    let params = WriteParams { mode: WriteMode::Create, max_rows_per_file: 1, max_rows_per_group: 1, ..Default::default() };
+    let batch =
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.clone())), Arc::new(Int64Array::from(ids))])
+            .expect("batch");
+    let params =
+        WriteParams { mode: WriteMode::Create, max_rows_per_file: 1, max_rows_per_group: 1, ..Default::default() };
     let uri = dir.join(format!("t{fragments}"));
-    Arc::new(InsertBuilder::new(uri.to_str().expect("utf-8")).with_params(&params).execute(vec![batch]).await.expect("create"))
+    Arc::new(
+        InsertBuilder::new(uri.to_str().expect("utf-8"))
+            .with_params(&params)
+            .execute(vec![batch])
+            .await
+            .expect("create"),
+    )
 }
 
 fn with_deletion(f: &Fragment, id: u64) -> Fragment {
     let mut f = f.clone();
-    f.deletion_file = Some(DeletionFile { read_version: 1, id, file_type: DeletionFileType::Array, num_deleted_rows: Some(1), base_id: None });
+    f.deletion_file = Some(DeletionFile {
+        read_version: 1,
+        id,
+        file_type: DeletionFileType::Array,
+        num_deleted_rows: Some(1),
+        base_id: None,
+    });
     f
 }
 
@@ -86,7 +102,11 @@ fn create_index(ds: &Dataset) -> Transaction {
         files: None,
         covering_fields: vec![],
     };
-    TransactionBuilder::new(ds.manifest().version, Operation::CreateIndex { new_indices: vec![index], removed_indices: vec![] }).build()
+    TransactionBuilder::new(
+        ds.manifest().version,
+        Operation::CreateIndex { new_indices: vec![index], removed_indices: vec![] },
+    )
+    .build()
 }
 
 struct Shape {
@@ -104,9 +124,24 @@ fn shapes(ds: &Dataset) -> Vec<Shape> {
     };
     vec![
         Shape { name: "append vs append", ours: append(ds), ours_rows: None, peer: append(ds) },
-        Shape { name: "update vs update, disjoint fragments", ours: update(ds, 0, 11, vec![]), ours_rows: rows(0, 0), peer: update(ds, 1, 12, vec![]) },
-        Shape { name: "update vs update, shared fragment", ours: update(ds, 0, 11, vec![]), ours_rows: rows(0, 0), peer: update(ds, 0, 12, vec![]) },
-        Shape { name: "create-index vs update", ours: create_index(ds), ours_rows: None, peer: update(ds, 0, 12, vec![1]) },
+        Shape {
+            name: "update vs update, disjoint fragments",
+            ours: update(ds, 0, 11, vec![]),
+            ours_rows: rows(0, 0),
+            peer: update(ds, 1, 12, vec![]),
+        },
+        Shape {
+            name: "update vs update, shared fragment",
+            ours: update(ds, 0, 11, vec![]),
+            ours_rows: rows(0, 0),
+            peer: update(ds, 0, 12, vec![]),
+        },
+        Shape {
+            name: "create-index vs update",
+            ours: create_index(ds),
+            ours_rows: None,
+            peer: update(ds, 0, 12, vec![1]),
+        },
     ]
 }
 
@@ -116,25 +151,35 @@ async fn measure(ds: &Arc<Dataset>, shape: &Shape, target: Duration) -> (f64, f6
     let mut ours = lift(&shape.ours.operation);
     lance_actions_commit::judge::attach_affected_rows(&mut ours, shape.ours_rows.as_ref());
     // The peer deleted a different row of the shared fragment: its facts are in memory.
-    let facts = MemFacts(HashMap::from([((0, 12), RoaringBitmap::from_iter([1u32])), ((1, 12), RoaringBitmap::from_iter([1u32]))]));
+    let facts = MemFacts(HashMap::from([
+        ((0, 12), RoaringBitmap::from_iter([1u32])),
+        ((1, 12), RoaringBitmap::from_iter([1u32])),
+    ]));
     let v = ds.manifest().version + 1;
     let peers = [Peer { version: v, txn: lift(&shape.peer.operation) }];
     // Rebase adjusts payloads idempotently, so re-judging the same transaction in place is the
     // steady-state cost of one (peer x transaction) check.
     let resolve_ns = median_ns(
         || {
-            std::hint::black_box(resolve_in_place(&mut ours, &Inputs { base: &base, head: None, peers: &peers, facts: &facts }));
+            std::hint::black_box(resolve_in_place(
+                &mut ours,
+                &Inputs { base: &base, head: None, peers: &peers, facts: &facts },
+            ));
         },
         target,
     );
     let lift_resolve_ns = median_ns(
         || {
             let peers = [Peer { version: v, txn: lift(&shape.peer.operation) }];
-            std::hint::black_box(resolve_in_place(&mut ours, &Inputs { base: &base, head: None, peers: &peers, facts: &facts }));
+            std::hint::black_box(resolve_in_place(
+                &mut ours,
+                &Inputs { base: &base, head: None, peers: &peers, facts: &facts },
+            ));
         },
         target,
     );
-    let mut rebase = TransactionRebase::try_new(ds, shape.ours.clone(), shape.ours_rows.as_ref()).await.expect("try_new");
+    let mut rebase =
+        TransactionRebase::try_new(ds, shape.ours.clone(), shape.ours_rows.as_ref()).await.expect("try_new");
     let lance_ns = median_ns(
         || {
             let _ = std::hint::black_box(rebase.check_txn(&shape.peer, v));
@@ -150,7 +195,9 @@ async fn main() {
     let sizes: &[usize] = if quick { &[10, 1_000] } else { &[10, 1_000, 10_000] };
     let target = Duration::from_millis(if quick { 100 } else { 300 });
     let dir = tempfile::tempdir().expect("tempdir");
-    println!("| shape | fragments | ours resolve (ns) | ours lift+resolve (ns) | Lance check_txn (ns) | resolve / Lance | lift+resolve / Lance |");
+    println!(
+        "| shape | fragments | ours resolve (ns) | ours lift+resolve (ns) | Lance check_txn (ns) | resolve / Lance | lift+resolve / Lance |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for &n in sizes {
         let ds = dataset(dir.path(), n).await;

@@ -101,7 +101,13 @@ async fn committable_alone(base_dir: &Path, dir: &Path, staged: &Staged) -> bool
     ok
 }
 
-async fn judge_pair(base_dir: &Path, pair_dir: &Path, ours: &Staged, peer: &Staged, ours_committable: bool) -> (Judgement, bool, Landed) {
+async fn judge_pair(
+    base_dir: &Path,
+    pair_dir: &Path,
+    ours: &Staged,
+    peer: &Staged,
+    ours_committable: bool,
+) -> (Judgement, bool, Landed) {
     copy_dir(base_dir, pair_dir).expect("copy sample dataset");
     let uri = pair_dir.to_str().expect("utf-8 path");
     let at_read = Arc::new(Dataset::open(uri).await.expect("open pair copy"));
@@ -118,7 +124,11 @@ async fn judge_pair(base_dir: &Path, pair_dir: &Path, ours: &Staged, peer: &Stag
         }
         Err(_) => {
             let committed = vec![(at_read.manifest().version + 1, peer.txn.clone())];
-            (judge_against(&at_read, &at_read, &committed, &ours.txn, ours.affected_rows.as_ref()).await, true, Landed::NotTried)
+            (
+                judge_against(&at_read, &at_read, &committed, &ours.txn, ours.affected_rows.as_ref()).await,
+                true,
+                Landed::NotTried,
+            )
         }
     };
     let _ = std::fs::remove_dir_all(pair_dir);
@@ -141,7 +151,8 @@ fn expected_deviations() -> BTreeMap<(String, String), (String, String, String)>
 fn summarize(outcomes: &[Outcome]) -> String {
     let agree = outcomes.iter().filter(|o| o.ours == o.lance).count();
     let what_if = outcomes.iter().filter(|o| o.what_if).count();
-    let kinds: BTreeSet<(String, String)> = outcomes.iter().map(|o| (o.ours_kind.clone(), o.peer_kind.clone())).collect();
+    let kinds: BTreeSet<(String, String)> =
+        outcomes.iter().map(|o| (o.ours_kind.clone(), o.peer_kind.clone())).collect();
     let stricter = outcomes.iter().filter(|o| o.lance == "ok" && o.ours != "ok").count();
     let looser = outcomes.iter().filter(|o| o.ours == "ok" && o.lance != "ok").count();
     format!(
@@ -214,7 +225,10 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/conformance-observed.txt"),
         format!("# {}\n{listing}", summarize(&outcomes)),
     );
-    println!("conformance: {}; our transaction committed for real after {real_commits} real peers", summarize(&outcomes));
+    println!(
+        "conformance: {}; our transaction committed for real after {real_commits} real peers",
+        summarize(&outcomes)
+    );
     assert!(
         commit_mismatches.is_empty(),
         "the authoritative commit disagreed with the driver's verdict in {} pair(s):\n{}",
@@ -228,11 +242,8 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
         .filter(|(k, v)| expected.get(*k).map(|e| (&e.0, &e.1)) != Some((&v.0, &v.1)))
         .map(|((a, b), (o, l))| format!("{a} vs {b}: ours {o}, lance {l}"))
         .collect();
-    let stale: Vec<String> = expected
-        .keys()
-        .filter(|k| !observed.contains_key(*k))
-        .map(|(a, b)| format!("{a} vs {b}"))
-        .collect();
+    let stale: Vec<String> =
+        expected.keys().filter(|k| !observed.contains_key(*k)).map(|(a, b)| format!("{a} vs {b}")).collect();
     assert!(
         unlisted.is_empty() && stale.is_empty(),
         "conformance drift.\nunlisted disagreements ({}):\n{}\nlisted but no longer disagreeing ({}):\n{}\n(see target/conformance-observed.txt)",

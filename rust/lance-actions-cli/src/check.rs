@@ -16,7 +16,8 @@ fn read_txn(path: &Path) -> Result<Transaction, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let pb = pb::Transaction::decode(bytes.as_slice())
         .map_err(|e| format!("{} is not a Lance transaction file: {e}", path.display()))?;
-    Transaction::try_from(pb).map_err(|e| format!("{} is not a valid Lance transaction: {}", path.display(), first_line(&e.to_string())))
+    Transaction::try_from(pb)
+        .map_err(|e| format!("{} is not a valid Lance transaction: {}", path.display(), first_line(&e.to_string())))
 }
 
 fn reason_json(v: &Verdict) -> serde_json::Value {
@@ -37,12 +38,10 @@ fn reason_json(v: &Verdict) -> serde_json::Value {
 pub async fn run(uri: &str, txn_path: &Path, as_json: bool) -> CliResult {
     let latest = open(uri).await?;
     let txn = read_txn(txn_path)?;
-    let at_read = Arc::new(
-        latest
-            .checkout_version(txn.read_version)
-            .await
-            .map_err(|e| format!("read version {} cannot be opened: {}", txn.read_version, first_line(&e.to_string())))?,
-    );
+    let at_read =
+        Arc::new(latest.checkout_version(txn.read_version).await.map_err(|e| {
+            format!("read version {} cannot be opened: {}", txn.read_version, first_line(&e.to_string()))
+        })?);
     let affected = derive_affected_rows(&at_read, &txn).await.map_err(|e| e.to_string())?;
     let j = judge(&latest, &txn, affected.as_ref()).await.map_err(|e| e.to_string())?;
     let v = &j.resolution.verdict;
@@ -64,7 +63,10 @@ pub async fn run(uri: &str, txn_path: &Path, as_json: bool) -> CliResult {
         });
         println!("{out}");
     } else {
-        println!("transaction {} ({}) read at v{}, latest v{}", txn.uuid, txn.operation, j.read_version, j.latest_version);
+        println!(
+            "transaction {} ({}) read at v{}, latest v{}",
+            txn.uuid, txn.operation, j.read_version, j.latest_version
+        );
         for p in &j.resolution.peers {
             println!("  v{}: {} overlapping pair(s) -> {}", p.version, p.overlapping_pairs, p.verdict);
         }

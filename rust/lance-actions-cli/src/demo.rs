@@ -98,7 +98,9 @@ async fn concurrent_writers(dir: &std::path::Path) -> CliResult {
     let uri = dir.join("concurrent");
     let uri = uri.to_str().ok_or("the demo directory is not valid UTF-8")?.to_string();
     create_sample(&uri).await.map_err(|e| e.to_string())?;
-    println!("\n5. four writers committing concurrently through the driver (deletes of disjoint rows of fragment 0, appends)");
+    println!(
+        "\n5. four writers committing concurrently through the driver (deletes of disjoint rows of fragment 0, appends)"
+    );
     let mut tasks = Vec::new();
     for w in 0..4i64 {
         let uri = uri.clone();

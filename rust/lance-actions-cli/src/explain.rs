@@ -13,7 +13,12 @@ fn render_mask(mask: &Mask) -> String {
 }
 
 fn render_action(i: usize, a: &AnyAction) -> String {
-    format!("  {i}. {}\n       reads:  {}\n       writes: {}\n", a.summary(), render_mask(&a.reads()), render_mask(&a.writes()))
+    format!(
+        "  {i}. {}\n       reads:  {}\n       writes: {}\n",
+        a.summary(),
+        render_mask(&a.reads()),
+        render_mask(&a.writes())
+    )
 }
 
 pub async fn run(uri: &str, version: Option<u64>) -> CliResult {
@@ -36,10 +41,8 @@ pub async fn run(uri: &str, version: Option<u64>) -> CliResult {
                 continue;
             }
         };
-        let from_properties = txn
-            .transaction_properties
-            .as_ref()
-            .is_some_and(|p| p.contains_key(lance_actions::codec::PROPERTY_KEY));
+        let from_properties =
+            txn.transaction_properties.as_ref().is_some_and(|p| p.contains_key(lance_actions::codec::PROPERTY_KEY));
         let source = if from_properties { "encoded actions" } else { "lifted from the operation" };
         match actions_of(&txn) {
             Ok(actions) => {
@@ -91,7 +94,10 @@ pub async fn log(uri: &str) -> CliResult {
         }
         let mut other: Vec<_> = props
             .iter()
-            .filter(|(k, _)| k.as_str() != lance_actions::codec::PROPERTY_KEY && k.as_str() != lance_actions_commit::commit::HISTORY_KEY)
+            .filter(|(k, _)| {
+                k.as_str() != lance_actions::codec::PROPERTY_KEY
+                    && k.as_str() != lance_actions_commit::commit::HISTORY_KEY
+            })
             .collect();
         other.sort();
         for (k, val) in other {

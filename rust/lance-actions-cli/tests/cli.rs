@@ -83,7 +83,10 @@ async fn explain_shows_lifted_actions_and_masks_for_every_version() {
     assert!(out.contains("v3: UpdateConfig"), "{out}");
     assert!(out.contains("v4: Append"), "{out}");
     assert!(out.contains("AddFragments(1 fragment(s))"), "{out}");
-    assert!(out.contains("writes: values(field 0), values(field 1), values(field 2), fragments, counter.fragment_id"), "{out}");
+    assert!(
+        out.contains("writes: values(field 0), values(field 1), values(field 2), fragments, counter.fragment_id"),
+        "{out}"
+    );
     let (ok, one, _) = run(&["explain", uri_s, "--version", "4"]);
     assert!(ok && one.starts_with("v4: Append") && !one.contains("v1:"), "{one}");
 }

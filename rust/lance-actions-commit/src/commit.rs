@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{Transaction, TransactionBuilder};
-use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_in_place};
 use lance_actions::driver::PeerCheck;
+use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_in_place};
 use lance_core::utils::deletion::DeletionVector;
 use lance_select::RowAddrTreeMap;
 use lance_table::io::commit::commit_handler_from_url;
@@ -117,7 +117,12 @@ pub trait DatasetActionsExt {
 
 impl DatasetActionsExt for Arc<Dataset> {
     fn action_commit(&self) -> ActionCommit {
-        ActionCommit { dataset: self.clone(), max_attempts: 20, affected_rows: None, base_backoff: Duration::from_millis(2) }
+        ActionCommit {
+            dataset: self.clone(),
+            max_attempts: 20,
+            affected_rows: None,
+            base_backoff: Duration::from_millis(2),
+        }
     }
 }
 
@@ -163,8 +168,16 @@ impl ActionCommit {
         tag: Option<String>,
         properties: HashMap<String, String>,
     ) -> CommitResult<(Dataset, CommitReport)> {
-        let at_read = Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?);
+        // Usually the caller staged on the very handle it commits through: no need to reopen it.
+        let at_read = if self.dataset.manifest().version == read_version {
+            self.dataset.clone()
+        } else {
+            Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?)
+        };
         let base = table_state(&at_read).await?;
+        let inner_handler = commit_handler_from_url(self.dataset.uri(), &None)
+            .await
+            .map_err(lance_err("opening the commit handler"))?;
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
         let mut committed = Vec::new();
         for attempt in 0..self.max_attempts {
@@ -180,11 +193,19 @@ impl ActionCommit {
             committed.extend(committed_since(&latest, known).await?);
             let peers = peers_of(&committed)?;
             let mut txn = ours.clone();
-            let head_state = table_state(&latest).await?;
+            // With no peer the head is the base: skip re-reading it.
+            let head_state = if peers.is_empty() { None } else { Some(table_state(&latest).await?) };
             let facts = DeletionFacts::load(&latest, &base, &txn, &peers).await?;
+            let head_ref = head_state.as_ref().unwrap_or(&base);
             let (verdict, checks) =
-                resolve_in_place(&mut txn, &Inputs { base: &base, head: Some(&head_state), peers: &peers, facts: &facts });
-            let mut entry = AttemptReport { head, peers: checks, verdict: verdict.clone(), write: None, checking: started.elapsed() };
+                resolve_in_place(&mut txn, &Inputs { base: &base, head: Some(head_ref), peers: &peers, facts: &facts });
+            let mut entry = AttemptReport {
+                head,
+                peers: checks,
+                verdict: verdict.clone(),
+                write: None,
+                checking: started.elapsed(),
+            };
             match verdict {
                 Verdict::Retry(reason) => {
                     report.attempts.push(entry);
@@ -206,8 +227,7 @@ impl ActionCommit {
                 .tag(tag.clone())
                 .transaction_properties(Some(Arc::new(props)))
                 .build();
-            let inner = commit_handler_from_url(latest.uri(), &None).await.map_err(lance_err("opening the commit handler"))?;
-            let handler = Arc::new(ExpectVersion::new(inner, head + 1));
+            let handler = Arc::new(ExpectVersion::new(inner_handler.clone(), head + 1));
             crate::crash::point("before-lance-commit");
             let result = CommitBuilder::new(latest.clone())
                 .with_commit_handler(handler.clone())
@@ -230,9 +250,19 @@ impl ActionCommit {
                 }
                 (Err(_), WriteRecord::Refused { .. } | WriteRecord::LostRace) => continue,
                 // Lance's own rebase saw a peer landing between our read and its commit.
-                (Err(lance::Error::RetryableCommitConflict { .. } | lance::Error::IncompatibleTransaction { .. } | lance::Error::CommitConflict { .. }), WriteRecord::NotAttempted) => continue,
+                (
+                    Err(
+                        lance::Error::RetryableCommitConflict { .. }
+                        | lance::Error::IncompatibleTransaction { .. }
+                        | lance::Error::CommitConflict { .. },
+                    ),
+                    WriteRecord::NotAttempted,
+                ) => continue,
                 (Err(e), WriteRecord::Failed { message }) => {
-                    return Err(CommitError::CommitStatusUnknown { uuid: uuid.clone(), message: format!("{message}; lance: {e}") });
+                    return Err(CommitError::CommitStatusUnknown {
+                        uuid: uuid.clone(),
+                        message: format!("{message}; lance: {e}"),
+                    });
                 }
                 (Err(e), _) => return Err(lance_err("committing")(e)),
             }
@@ -271,12 +301,13 @@ async fn merge_deletion_vectors(latest: &Arc<Dataset>, txn: &mut ActionTxn) -> C
         }
         // The rebase proved the fragment still exists at the head; if it does not, refuse rather than
         // guess.
-        let head_fragment = latest.manifest().fragments.iter().find(|f| f.id == u.fragment.id).cloned().ok_or_else(|| {
-            lance_err("merging deletion vectors")(lance::Error::invalid_input(format!(
-                "fragment {} vanished between the check and the merge",
-                u.fragment.id
-            )))
-        })?;
+        let head_fragment =
+            latest.manifest().fragments.iter().find(|f| f.id == u.fragment.id).cloned().ok_or_else(|| {
+                lance_err("merging deletion vectors")(lance::Error::invalid_input(format!(
+                    "fragment {} vanished between the check and the merge",
+                    u.fragment.id
+                )))
+            })?;
         let committed = deleted_rows(latest, &head_fragment).await?;
         let ours = u.affected_rows.clone().unwrap_or_default();
         let union: RoaringBitmap = committed | ours;

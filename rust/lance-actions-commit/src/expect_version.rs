@@ -85,7 +85,11 @@ impl CommitHandler for ExpectVersion {
         self.inner.propagate_commit_error_after_success()
     }
 
-    async fn resolve_latest_location(&self, base_path: &Path, object_store: &ObjectStore) -> lance_core::Result<ManifestLocation> {
+    async fn resolve_latest_location(
+        &self,
+        base_path: &Path,
+        object_store: &ObjectStore,
+    ) -> lance_core::Result<ManifestLocation> {
         self.inner.resolve_latest_location(base_path, object_store).await
     }
 
@@ -199,7 +203,16 @@ impl CommitHandler for ExpectVersion {
         crate::crash::point("after-transaction-file");
         let result = self
             .inner
-            .commit_after(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction, predecessor)
+            .commit_after(
+                manifest,
+                indices,
+                base_path,
+                object_store,
+                manifest_writer,
+                naming_scheme,
+                transaction,
+                predecessor,
+            )
             .await;
         if result.is_ok() {
             crate::crash::point("after-manifest");

@@ -87,10 +87,8 @@ impl DeletionFacts {
 async fn read_one(dataset: Arc<Dataset>, fragment: Fragment) -> Result<(DeletionKey, RoaringBitmap)> {
     let key = key_of(&fragment);
     let file = FileFragment::new(dataset, fragment);
-    let vector = file
-        .get_deletion_vector()
-        .await
-        .lance(format!("reading the deletion vector of fragment {}", key.0))?;
+    let vector =
+        file.get_deletion_vector().await.lance(format!("reading the deletion vector of fragment {}", key.0))?;
     let rows = vector.map(|v| RoaringBitmap::from(v.as_ref())).unwrap_or_default();
     Ok((key, rows))
 }

@@ -35,10 +35,10 @@ pub async fn table_state(dataset: &Dataset) -> Result<TableState> {
 pub fn attach_affected_rows(txn: &mut ActionTxn, affected: Option<&RowAddrTreeMap>) {
     let Some(affected) = affected else { return };
     for action in txn.actions.iter_mut() {
-        if let AnyAction::UpdateDeletionVector(u) = action {
-            if let Some(rows) = affected.get_fragment_bitmap(u.fragment.id as u32) {
-                u.affected_rows = Some(rows.clone());
-            }
+        if let AnyAction::UpdateDeletionVector(u) = action
+            && let Some(rows) = affected.get_fragment_bitmap(u.fragment.id as u32)
+        {
+            u.affected_rows = Some(rows.clone());
         }
     }
 }
@@ -62,7 +62,10 @@ pub async fn derive_affected_rows(at_read: &Arc<Dataset>, txn: &Transaction) -> 
     Ok(any.then_some(map))
 }
 
-pub(crate) async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
+pub(crate) async fn deleted_rows(
+    dataset: &Arc<Dataset>,
+    fragment: &lance_table::format::Fragment,
+) -> Result<RoaringBitmap> {
     let vector = FileFragment::new(dataset.clone(), fragment.clone())
         .get_deletion_vector()
         .await
@@ -71,9 +74,14 @@ pub(crate) async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table:
 }
 
 /// Judge `staged` (read at `staged.read_version`) against `latest`'s history.
-pub async fn judge(latest: &Arc<Dataset>, staged: &Transaction, affected_rows: Option<&RowAddrTreeMap>) -> Result<Judgement> {
+pub async fn judge(
+    latest: &Arc<Dataset>,
+    staged: &Transaction,
+    affected_rows: Option<&RowAddrTreeMap>,
+) -> Result<Judgement> {
     let read_version = staged.read_version;
-    let at_read = Arc::new(latest.checkout_version(read_version).await.lance(format!("opening version {read_version}"))?);
+    let at_read =
+        Arc::new(latest.checkout_version(read_version).await.lance(format!("opening version {read_version}"))?);
     let committed = committed_since(latest, read_version).await?;
     judge_against(&at_read, latest, &committed, staged, affected_rows).await
 }

@@ -56,7 +56,7 @@ pub fn batch(ids: &[i64]) -> Result<RecordBatch> {
         schema(),
         vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(Int64Array::from(v)), Arc::new(StringArray::from(s))],
     )
-    .map_err(|e| lance::Error::from(e))
+    .map_err(lance::Error::from)
     .lance("building a sample batch")
 }
 
@@ -157,7 +157,12 @@ async fn stage_overwrites(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
     }
     Ok(vec![
         Staged { name: "Overwrite.plain".into(), kind: OperationKind::Overwrite, txn: base, affected_rows: None },
-        Staged { name: "Overwrite.config-k1".into(), kind: OperationKind::Overwrite, txn: with_config, affected_rows: None },
+        Staged {
+            name: "Overwrite.config-k1".into(),
+            kind: OperationKind::Overwrite,
+            txn: with_config,
+            affected_rows: None,
+        },
     ])
 }
 
@@ -184,10 +189,30 @@ async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
     let id_index: Vec<IndexMetadata> = existing.into_iter().filter(|i| i.name == ID_INDEX).collect();
     let replacement = index_on(ds, ID_INDEX, 0);
     Ok(vec![
-        staged(OperationKind::CreateIndex, "new-v", v, Operation::CreateIndex { new_indices: vec![index_on(ds, "v_idx", 1)], removed_indices: vec![] }),
-        staged(OperationKind::CreateIndex, "new-s", v, Operation::CreateIndex { new_indices: vec![index_on(ds, "s_idx", 2)], removed_indices: vec![] }),
-        staged(OperationKind::CreateIndex, "replace-id", v, Operation::CreateIndex { new_indices: vec![replacement], removed_indices: id_index.clone() }),
-        staged(OperationKind::CreateIndex, "drop-id", v, Operation::CreateIndex { new_indices: vec![], removed_indices: id_index }),
+        staged(
+            OperationKind::CreateIndex,
+            "new-v",
+            v,
+            Operation::CreateIndex { new_indices: vec![index_on(ds, "v_idx", 1)], removed_indices: vec![] },
+        ),
+        staged(
+            OperationKind::CreateIndex,
+            "new-s",
+            v,
+            Operation::CreateIndex { new_indices: vec![index_on(ds, "s_idx", 2)], removed_indices: vec![] },
+        ),
+        staged(
+            OperationKind::CreateIndex,
+            "replace-id",
+            v,
+            Operation::CreateIndex { new_indices: vec![replacement], removed_indices: id_index.clone() },
+        ),
+        staged(
+            OperationKind::CreateIndex,
+            "drop-id",
+            v,
+            Operation::CreateIndex { new_indices: vec![], removed_indices: id_index },
+        ),
     ])
 }
 
@@ -218,11 +243,23 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
         file.fields = Arc::from(vec![1]);
         file.column_indices = Arc::from(vec![0]);
         let coverage = OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1]));
-        Operation::DataOverlay { groups: vec![DataOverlayGroup { fragment_id: frag(i).id, overlays: vec![DataOverlayFile { data_file: file, coverage, committed_version: 0 }] }] }
+        Operation::DataOverlay {
+            groups: vec![DataOverlayGroup {
+                fragment_id: frag(i).id,
+                overlays: vec![DataOverlayFile { data_file: file, coverage, committed_version: 0 }],
+            }],
+        }
     };
-    let merge = |preserves_nullability| Operation::Merge { fragments: m.fragments.to_vec(), schema: m.schema.clone(), preserves_nullability };
+    let merge = |preserves_nullability| Operation::Merge {
+        fragments: m.fragments.to_vec(),
+        schema: m.schema.clone(),
+        preserves_nullability,
+    };
     let config = |c: Option<(&str, &str)>, t: Option<(&str, &str)>, s: Option<(&str, &str)>, f: Option<(i32, &str)>| {
-        let map = |kv: (&str, &str)| UpdateMap { update_entries: vec![UpdateMapEntry { key: kv.0.into(), value: Some(kv.1.into()) }], replace: false };
+        let map = |kv: (&str, &str)| UpdateMap {
+            update_entries: vec![UpdateMapEntry { key: kv.0.into(), value: Some(kv.1.into()) }],
+            replace: false,
+        };
         Operation::UpdateConfig {
             config_updates: c.map(map),
             table_metadata_updates: t.map(map),
@@ -230,9 +267,16 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
             field_metadata_updates: f.map(|(id, k)| HashMap::from([(id, map((k, "x")))])).unwrap_or_default(),
         }
     };
-    let memwal = |shard: u128, generation| Operation::UpdateMemWalState { compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }] };
+    let memwal = |shard: u128, generation| Operation::UpdateMemWalState {
+        compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }],
+    };
     let base = |name: &str| Operation::UpdateBases {
-        new_bases: vec![BasePath { id: 0, name: Some(name.into()), is_dataset_root: false, path: format!("/tmp/lance-actions-sample/{name}") }],
+        new_bases: vec![BasePath {
+            id: 0,
+            name: Some(name.into()),
+            is_dataset_root: false,
+            path: format!("/tmp/lance-actions-sample/{name}"),
+        }],
     };
     let dropped = m.schema.project(&["id", "v"]).unwrap_or_else(|_| m.schema.clone());
     use OperationKind as K;
@@ -248,7 +292,12 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
         staged(K::Restore, "base", v, Operation::Restore { version: v }),
         staged(K::ReserveFragments, "two", v, Operation::ReserveFragments { num_fragments: 2 }),
         staged(K::Project, "drop-s", v, Operation::Project { schema: dropped, preserves_nullability: true }),
-        staged(K::Project, "nullability", v, Operation::Project { schema: m.schema.clone(), preserves_nullability: false }),
+        staged(
+            K::Project,
+            "nullability",
+            v,
+            Operation::Project { schema: m.schema.clone(), preserves_nullability: false },
+        ),
         staged(K::UpdateConfig, "config-k1", v, config(Some(("k1", "b")), None, None, None)),
         staged(K::UpdateConfig, "config-k2", v, config(Some(("k2", "b")), None, None, None)),
         staged(K::UpdateConfig, "table-t1", v, config(None, Some(("t1", "b")), None, None)),
@@ -257,7 +306,18 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
         staged(K::UpdateMemWalState, "shardA-gen1", v, memwal(1, 1)),
         staged(K::UpdateMemWalState, "shardA-gen2", v, memwal(1, 2)),
         staged(K::UpdateMemWalState, "shardB-gen1", v, memwal(2, 1)),
-        staged(K::Clone, "branch", v, Operation::Clone { is_shallow: true, ref_name: None, ref_version: v, ref_path: "/tmp/lance-actions-sample/source".into(), branch_name: Some("b".into()) }),
+        staged(
+            K::Clone,
+            "branch",
+            v,
+            Operation::Clone {
+                is_shallow: true,
+                ref_name: None,
+                ref_version: v,
+                ref_path: "/tmp/lance-actions-sample/source".into(),
+                branch_name: Some("b".into()),
+            },
+        ),
         staged(K::UpdateBases, "b1", v, base("b1")),
         staged(K::UpdateBases, "b2", v, base("b2")),
     ]
@@ -319,8 +379,9 @@ async fn stage_updates(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
 /// An operation from a newer Lance: a transaction whose operation field this Lance does not know.
 fn unknown(read_version: u64) -> Result<Staged> {
     use prost::Message;
-    let mut bytes = lance_table::format::pb::Transaction { read_version, uuid: Uuid::new_v4().to_string(), ..Default::default() }
-        .encode_to_vec();
+    let mut bytes =
+        lance_table::format::pb::Transaction { read_version, uuid: Uuid::new_v4().to_string(), ..Default::default() }
+            .encode_to_vec();
     // Field 150 (length-delimited, empty): an operation number reserved for future Lance versions.
     bytes.extend_from_slice(&[0xb2, 0x09, 0x00]);
     let pb = lance_table::format::pb::Transaction::decode(bytes.as_slice())

@@ -99,14 +99,7 @@ impl PeerAction<'_> {
 
 /// Validation failure: the action's precondition does not hold on the state it is applied to.
 pub fn invalid(ours: ActionKind, detail: impl Into<String>) -> Reason {
-    Reason {
-        rule: Rule::Invalid,
-        ours,
-        peer_version: None,
-        peer_action: None,
-        path: None,
-        detail: detail.into(),
-    }
+    Reason { rule: Rule::Invalid, ours, peer_version: None, peer_action: None, path: None, detail: detail.into() }
 }
 
 /// One step of a transaction. Each implementation lives in its own module under `actions/` and owns

@@ -143,12 +143,7 @@ impl TxnContext {
 
     /// The MemWAL shards whose generation this transaction advances.
     pub fn writes(&self) -> Mask {
-        Mask(
-            self.compacted_sstables
-                .iter()
-                .map(|s| ManifestPath::MemWalShard(s.shard_id))
-                .collect(),
-        )
+        Mask(self.compacted_sstables.iter().map(|s| ManifestPath::MemWalShard(s.shard_id)).collect())
     }
 
     /// The MemWAL rule: for a shard both advance, a committed generation at or past ours means our
@@ -166,11 +161,7 @@ impl TxnContext {
                 path: Some(ManifestPath::MemWalShard(ours.shard_id)),
                 detail: format!("ours generation {}, committed {}", ours.generation, theirs.generation),
             };
-            return if theirs.generation >= ours.generation {
-                Verdict::Fail(reason)
-            } else {
-                Verdict::Retry(reason)
-            };
+            return if theirs.generation >= ours.generation { Verdict::Fail(reason) } else { Verdict::Retry(reason) };
         }
         Verdict::Ok
     }

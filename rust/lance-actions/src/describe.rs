@@ -23,11 +23,17 @@ impl AnyAction {
                 None => format!("fragment {}, rows from its deletion file", a.fragment.id),
             },
             AnyAction::ReplaceFragmentColumns(a) => match &a.target {
-                ColumnTarget::File { fragment_id, file } => format!("fragment {fragment_id}, file {} fields {:?}", file.path, file.fields),
+                ColumnTarget::File { fragment_id, file } => {
+                    format!("fragment {fragment_id}, file {} fields {:?}", file.path, file.fields)
+                }
                 ColumnTarget::Rewritten { fragment, fields } => format!("fragment {}, fields {fields:?}", fragment.id),
             },
-            AnyAction::AddOverlay(a) => format!("fragment {}, {} overlay file(s)", a.group.fragment_id, a.group.overlays.len()),
-            AnyAction::RewriteFragments(a) => format!("old fragments {:?}, {} index remap(s)", a.old_ids(), a.rewritten_indices.len()),
+            AnyAction::AddOverlay(a) => {
+                format!("fragment {}, {} overlay file(s)", a.group.fragment_id, a.group.overlays.len())
+            }
+            AnyAction::RewriteFragments(a) => {
+                format!("old fragments {:?}, {} index remap(s)", a.old_ids(), a.rewritten_indices.len())
+            }
             AnyAction::MergeColumns(a) => format!("{} fragment(s) restated", a.fragments.len()),
             AnyAction::InvalidateIndexCoverage(a) => format!("fields {:?} on fragments {:?}", a.fields, a.fragments),
             AnyAction::AddIndex(a) => format!("{} ({}) on fields {:?}", a.index.name, a.index.uuid, a.index.fields),

@@ -93,10 +93,10 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
-    if verdict.is_ok() {
-        if let Some(head) = inputs.head {
-            verdict = validate_and_apply(txn, head);
-        }
+    if verdict.is_ok()
+        && let Some(head) = inputs.head
+    {
+        verdict = validate_and_apply(txn, head);
     }
     (verdict, peers)
 }
@@ -179,7 +179,14 @@ fn overlapping_peer_actions<'a>(
     for (action, written) in peer.txn.actions.iter().zip(peer_writes) {
         for their_path in written.iter() {
             if let Some(our_path) = ours.iter().find(|p| p.overlaps(their_path)) {
-                out.push(PeerAction { version: peer.version, action, context: &peer.txn.context, our_path, their_path, our_shell });
+                out.push(PeerAction {
+                    version: peer.version,
+                    action,
+                    context: &peer.txn.context,
+                    our_path,
+                    their_path,
+                    our_shell,
+                });
             }
         }
     }

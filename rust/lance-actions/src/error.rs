@@ -31,10 +31,7 @@ pub enum Error {
 
     /// A Lance structure inside an action failed Lance's own conversion.
     #[snafu(display("lance structure in action {action} is invalid: {source}"))]
-    Lance {
-        action: String,
-        source: lance_core::Error,
-    },
+    Lance { action: String, source: lance_core::Error },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

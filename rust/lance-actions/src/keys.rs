@@ -90,11 +90,7 @@ impl InsertedKeys {
     /// treat as a conflict). Exact sets decide exactly; otherwise Lance's filters decide as Lance does.
     pub fn may_intersect(&self, other: &InsertedKeys) -> Result<bool, String> {
         if self.field_ids() != other.field_ids() {
-            return Err(format!(
-                "key fields differ: ours {:?}, committed {:?}",
-                self.field_ids(),
-                other.field_ids()
-            ));
+            return Err(format!("key fields differ: ours {:?}, committed {:?}", self.field_ids(), other.field_ids()));
         }
         if let (Some(a), Some(b)) = (&self.exact, &other.exact) {
             return Ok(!a.intersection(b).is_empty());

@@ -77,7 +77,13 @@ fn fragment(id: u64) -> Fragment {
 
 fn with_deletions(id: u64) -> Fragment {
     let mut f = fragment(id);
-    f.deletion_file = Some(DeletionFile { read_version: 1, id: 7, file_type: DeletionFileType::Array, num_deleted_rows: Some(2), base_id: None });
+    f.deletion_file = Some(DeletionFile {
+        read_version: 1,
+        id: 7,
+        file_type: DeletionFileType::Array,
+        num_deleted_rows: Some(2),
+        base_id: None,
+    });
     f
 }
 
@@ -123,7 +129,11 @@ fn delete_rows(variant: &'static str, id: u64, rows: &[u32]) -> Sample {
     let mut s = lifted(
         OperationKind::Delete,
         variant,
-        Operation::Delete { updated_fragments: vec![with_deletions(id)], deleted_fragment_ids: vec![], predicate: String::new() },
+        Operation::Delete {
+            updated_fragments: vec![with_deletions(id)],
+            deleted_fragment_ids: vec![],
+            predicate: String::new(),
+        },
     );
     declare_rows(&mut s.txn, rows);
     s
@@ -182,11 +192,17 @@ pub fn samples() -> Vec<Sample> {
         rewritten_indices: vec![],
         frag_reuse_index: None,
     };
-    let replace = |id: u64| Operation::DataReplacement { replacements: vec![DataReplacementGroup(id, data_file("r.lance", vec![0, 1, 2]))] };
+    let replace = |id: u64| Operation::DataReplacement {
+        replacements: vec![DataReplacementGroup(id, data_file("r.lance", vec![0, 1, 2]))],
+    };
     let overlay = |id: u64| Operation::DataOverlay {
         groups: vec![DataOverlayGroup {
             fragment_id: id,
-            overlays: vec![DataOverlayFile { data_file: data_file("o.lance", vec![1]), coverage: OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1])), committed_version: 0 }],
+            overlays: vec![DataOverlayFile {
+                data_file: data_file("o.lance", vec![1]),
+                coverage: OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1])),
+                committed_version: 0,
+            }],
         }],
     };
     let config = |c: Option<&str>, t: Option<&str>, s: Option<&str>, f: Option<i32>| Operation::UpdateConfig {
@@ -195,8 +211,17 @@ pub fn samples() -> Vec<Sample> {
         schema_metadata_updates: s.map(update_map),
         field_metadata_updates: f.map(|id| HashMap::from([(id, update_map("f1"))])).unwrap_or_default(),
     };
-    let memwal = |shard: u128, generation| Operation::UpdateMemWalState { compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }] };
-    let bases = |name: &str| Operation::UpdateBases { new_bases: vec![BasePath { id: 0, name: Some(name.into()), is_dataset_root: false, path: format!("/b/{name}") }] };
+    let memwal = |shard: u128, generation| Operation::UpdateMemWalState {
+        compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }],
+    };
+    let bases = |name: &str| Operation::UpdateBases {
+        new_bases: vec![BasePath {
+            id: 0,
+            name: Some(name.into()),
+            is_dataset_root: false,
+            path: format!("/b/{name}"),
+        }],
+    };
     let dropped = schema.project(&["id", "v"]).unwrap_or_else(|_| schema.clone());
     let all: Vec<Fragment> = (0..FRAGMENTS).map(fragment).collect();
     vec![
@@ -204,38 +229,91 @@ pub fn samples() -> Vec<Sample> {
         delete_rows("frag0-rows01", 0, &[0, 1]),
         delete_rows("frag0-rows45", 0, &[4, 5]),
         delete_rows("frag1-rows01", 1, &[0, 1]),
-        lifted(K::Delete, "frag0-all", Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: vec![0], predicate: String::new() }),
-        lifted(K::Overwrite, "plain", Operation::Overwrite { fragments: vec![fragment(0)], schema: schema.clone(), config_upsert_values: None, initial_bases: None }),
-        lifted(K::Overwrite, "config-k1", Operation::Overwrite { fragments: vec![fragment(0)], schema: schema.clone(), config_upsert_values: Some(HashMap::from([("k1".into(), "ow".into())])), initial_bases: None }),
-        lifted(K::CreateIndex, "new-v", Operation::CreateIndex { new_indices: vec![index("v_idx", 1, 2)], removed_indices: vec![] }),
-        lifted(K::CreateIndex, "new-s", Operation::CreateIndex { new_indices: vec![index("s_idx", 2, 3)], removed_indices: vec![] }),
-        lifted(K::CreateIndex, "replace-id", Operation::CreateIndex { new_indices: vec![index("id_idx", 0, 4)], removed_indices: vec![index("id_idx", 0, 1)] }),
-        lifted(K::CreateIndex, "drop-id", Operation::CreateIndex { new_indices: vec![], removed_indices: vec![index("id_idx", 0, 1)] }),
+        lifted(
+            K::Delete,
+            "frag0-all",
+            Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: vec![0], predicate: String::new() },
+        ),
+        lifted(
+            K::Overwrite,
+            "plain",
+            Operation::Overwrite {
+                fragments: vec![fragment(0)],
+                schema: schema.clone(),
+                config_upsert_values: None,
+                initial_bases: None,
+            },
+        ),
+        lifted(
+            K::Overwrite,
+            "config-k1",
+            Operation::Overwrite {
+                fragments: vec![fragment(0)],
+                schema: schema.clone(),
+                config_upsert_values: Some(HashMap::from([("k1".into(), "ow".into())])),
+                initial_bases: None,
+            },
+        ),
+        lifted(
+            K::CreateIndex,
+            "new-v",
+            Operation::CreateIndex { new_indices: vec![index("v_idx", 1, 2)], removed_indices: vec![] },
+        ),
+        lifted(
+            K::CreateIndex,
+            "new-s",
+            Operation::CreateIndex { new_indices: vec![index("s_idx", 2, 3)], removed_indices: vec![] },
+        ),
+        lifted(
+            K::CreateIndex,
+            "replace-id",
+            Operation::CreateIndex {
+                new_indices: vec![index("id_idx", 0, 4)],
+                removed_indices: vec![index("id_idx", 0, 1)],
+            },
+        ),
+        lifted(
+            K::CreateIndex,
+            "drop-id",
+            Operation::CreateIndex { new_indices: vec![], removed_indices: vec![index("id_idx", 0, 1)] },
+        ),
         lifted(K::Rewrite, "frag0", rewrite(0)),
         lifted(K::Rewrite, "frag2", rewrite(2)),
         lifted(K::DataReplacement, "frag0", replace(0)),
         lifted(K::DataReplacement, "frag2", replace(2)),
         lifted(K::DataOverlay, "frag0-v", overlay(0)),
         lifted(K::DataOverlay, "frag2-v", overlay(2)),
-        lifted(K::Merge, "preserving", Operation::Merge { fragments: all.clone(), schema: schema.clone(), preserves_nullability: true }),
-        lifted(K::Merge, "nullability", Operation::Merge { fragments: all, schema: schema.clone(), preserves_nullability: false }),
+        lifted(
+            K::Merge,
+            "preserving",
+            Operation::Merge { fragments: all.clone(), schema: schema.clone(), preserves_nullability: true },
+        ),
+        lifted(
+            K::Merge,
+            "nullability",
+            Operation::Merge { fragments: all, schema: schema.clone(), preserves_nullability: false },
+        ),
         lifted(K::Restore, "base", Operation::Restore { version: 1 }),
         lifted(K::ReserveFragments, "two", Operation::ReserveFragments { num_fragments: 2 }),
         upsert("upsert-0-new200", 0, 0, &[200]),
         upsert("upsert-9-new200", 1, 1, &[200]),
         upsert("upsert-10-new300", 1, 2, &[300]),
         row_update("move-row2", 0, 2),
-        lifted(K::Update, "rewrite-columns-v", Operation::Update {
-            removed_fragment_ids: vec![],
-            updated_fragments: vec![fragment(3)],
-            new_fragments: vec![],
-            fields_modified: vec![1],
-            compacted_sstables: vec![],
-            fields_for_preserving_frag_bitmap: vec![],
-            update_mode: Some(UpdateMode::RewriteColumns),
-            inserted_rows_filter: None,
-            updated_fragment_offsets: None,
-        }),
+        lifted(
+            K::Update,
+            "rewrite-columns-v",
+            Operation::Update {
+                removed_fragment_ids: vec![],
+                updated_fragments: vec![fragment(3)],
+                new_fragments: vec![],
+                fields_modified: vec![1],
+                compacted_sstables: vec![],
+                fields_for_preserving_frag_bitmap: vec![],
+                update_mode: Some(UpdateMode::RewriteColumns),
+                inserted_rows_filter: None,
+                updated_fragment_offsets: None,
+            },
+        ),
         row_update("move-row12", 1, 4),
         lifted(K::Project, "drop-s", Operation::Project { schema: dropped, preserves_nullability: true }),
         lifted(K::Project, "nullability", Operation::Project { schema: schema.clone(), preserves_nullability: false }),
@@ -247,10 +325,24 @@ pub fn samples() -> Vec<Sample> {
         lifted(K::UpdateMemWalState, "shardA-gen1", memwal(1, 1)),
         lifted(K::UpdateMemWalState, "shardA-gen2", memwal(1, 2)),
         lifted(K::UpdateMemWalState, "shardB-gen1", memwal(2, 1)),
-        lifted(K::Clone, "branch", Operation::Clone { is_shallow: true, ref_name: None, ref_version: 1, ref_path: "/src".into(), branch_name: Some("b".into()) }),
+        lifted(
+            K::Clone,
+            "branch",
+            Operation::Clone {
+                is_shallow: true,
+                ref_name: None,
+                ref_version: 1,
+                ref_path: "/src".into(),
+                branch_name: Some("b".into()),
+            },
+        ),
         lifted(K::UpdateBases, "b1", bases("b1")),
         lifted(K::UpdateBases, "b2", bases("b2")),
-        Sample { kind: K::Unknown, variant: "future", txn: ActionTxn::new(K::Unknown, vec![Opaque { description: "unknown".into() }.into()]) },
+        Sample {
+            kind: K::Unknown,
+            variant: "future",
+            txn: ActionTxn::new(K::Unknown, vec![Opaque { description: "unknown".into() }.into()]),
+        },
     ]
 }
 
@@ -304,7 +396,13 @@ pub fn action_matrix() -> BTreeMap<(ActionKind, ActionKind), &'static str> {
     cells.into_iter().map(|(k, v)| (k, code(&v))).collect()
 }
 
-fn single_rebase(base: &TableState, ours_cx: &TxnContext, a: &AnyAction, their_cx: &TxnContext, b: &AnyAction) -> Option<Verdict> {
+fn single_rebase(
+    base: &TableState,
+    ours_cx: &TxnContext,
+    a: &AnyAction,
+    their_cx: &TxnContext,
+    b: &AnyAction,
+) -> Option<Verdict> {
     let mut mask = a.reads();
     mask.extend(a.writes());
     let written = b.writes();
@@ -312,7 +410,14 @@ fn single_rebase(base: &TableState, ours_cx: &TxnContext, a: &AnyAction, their_c
         .iter()
         .filter_map(|their_path| {
             let our_path = mask.iter().find(|p| p.overlaps(their_path))?;
-            Some(PeerAction { version: 2, action: b, context: their_cx, our_path, their_path, our_shell: ours_cx.shell })
+            Some(PeerAction {
+                version: 2,
+                action: b,
+                context: their_cx,
+                our_path,
+                their_path,
+                our_shell: ours_cx.shell,
+            })
         })
         .collect();
     if peers.is_empty() {

@@ -78,17 +78,29 @@ pub enum ManifestPath {
     TableData,
     /// Membership of the fragment list: written by anything that adds or removes a fragment.
     FragmentSet,
-    Fragment { id: u64, scope: FragmentScope },
+    Fragment {
+        id: u64,
+        scope: FragmentScope,
+    },
     /// Criterion: the data of `field` in every fragment (an index trained over it reads this).
-    FragmentsCoveringField { field: i32 },
+    FragmentsCoveringField {
+        field: i32,
+    },
     /// The values of `field` anywhere in the table: written by every action that supplies values,
     /// read by a schema change that proved a nullability claim by scanning them.
-    FieldValues { field: i32 },
+    FieldValues {
+        field: i32,
+    },
     FragmentIdCounter,
     RowIdCounter,
-    Field { id: i32, scope: FieldScope },
+    Field {
+        id: i32,
+        scope: FieldScope,
+    },
     /// Criterion: every field whose id is not in `kept` (what a schema post-image drops).
-    FieldsOutside { kept: Vec<i32> },
+    FieldsOutside {
+        kept: Vec<i32>,
+    },
     UnenforcedKey(KeyKind),
     Index {
         uuid: Uuid,
@@ -97,8 +109,14 @@ pub enum ManifestPath {
     },
     IndexName(String),
     /// Criterion: every index covering `field`.
-    IndicesCoveringField { field: i32, scope: IndexScope },
-    ConfigEntry { map: ConfigMap, key: String },
+    IndicesCoveringField {
+        field: i32,
+        scope: IndexScope,
+    },
+    ConfigEntry {
+        map: ConfigMap,
+        key: String,
+    },
     /// A whole map, written by a `replace` update.
     ConfigMapWhole(ConfigMap),
     Base(BaseKey),
@@ -123,17 +141,11 @@ impl ManifestPath {
         match (self, written) {
             (Table, _) | (_, Table) => true,
             (TableData, other) | (other, TableData) => other.is_table_data(),
-            (Fragment { id: a, scope: sa }, Fragment { id: b, scope: sb }) => {
-                a == b && fragment_scopes_overlap(sa, sb)
-            }
+            (Fragment { id: a, scope: sa }, Fragment { id: b, scope: sb }) => a == b && fragment_scopes_overlap(sa, sb),
             (FragmentsCoveringField { field }, Fragment { scope, .. })
-            | (Fragment { scope, .. }, FragmentsCoveringField { field }) => {
-                scope_holds_field_data(scope, *field)
-            }
+            | (Fragment { scope, .. }, FragmentsCoveringField { field }) => scope_holds_field_data(scope, *field),
             (FragmentsCoveringField { field: a }, FragmentsCoveringField { field: b }) => a == b,
-            (Field { id: a, scope: sa }, Field { id: b, scope: sb }) => {
-                a == b && field_scopes_overlap(sa, sb)
-            }
+            (Field { id: a, scope: sa }, Field { id: b, scope: sb }) => a == b && field_scopes_overlap(sa, sb),
             (FieldsOutside { kept }, Field { id, .. }) | (Field { id, .. }, FieldsOutside { kept }) => {
                 !kept.contains(id)
             }
@@ -146,10 +158,9 @@ impl ManifestPath {
             | (Index { fields, scope, .. }, IndicesCoveringField { field, scope: sc }) => {
                 fields.contains(field) && index_scopes_overlap(sc, scope)
             }
-            (
-                IndicesCoveringField { field: a, scope: sa },
-                IndicesCoveringField { field: b, scope: sb },
-            ) => a == b && index_scopes_overlap(sa, sb),
+            (IndicesCoveringField { field: a, scope: sa }, IndicesCoveringField { field: b, scope: sb }) => {
+                a == b && index_scopes_overlap(sa, sb)
+            }
             (ConfigEntry { map: a, .. }, ConfigMapWhole(b))
             | (ConfigMapWhole(a), ConfigEntry { map: b, .. })
             | (ConfigMapWhole(a), ConfigMapWhole(b)) => a == b,
@@ -162,7 +173,13 @@ impl ManifestPath {
         use ManifestPath::*;
         matches!(
             self,
-            TableData | FragmentSet | Fragment { .. } | FragmentsCoveringField { .. } | FieldValues { .. } | Field { .. } | FieldsOutside { .. }
+            TableData
+                | FragmentSet
+                | Fragment { .. }
+                | FragmentsCoveringField { .. }
+                | FieldValues { .. }
+                | Field { .. }
+                | FieldsOutside { .. }
         )
     }
 
@@ -278,9 +295,7 @@ impl Mask {
 
     /// The first pair `(ours, theirs)` where one of our paths overlaps a path the peer wrote.
     pub fn first_overlap<'a>(&'a self, written: &'a Mask) -> Option<(&'a ManifestPath, &'a ManifestPath)> {
-        self.0
-            .iter()
-            .find_map(|ours| written.0.iter().find(|w| ours.overlaps(w)).map(|w| (ours, w)))
+        self.0.iter().find_map(|ours| written.0.iter().find(|w| ours.overlaps(w)).map(|w| (ours, w)))
     }
 }
 

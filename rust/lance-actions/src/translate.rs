@@ -7,12 +7,25 @@ use lance_table::transaction::{Operation, UpdateMap, UpdateMapEntry};
 
 use crate::action::{ActionKind, AnyAction};
 use crate::actions::{
-    add_bases::AddBases, add_fragments::AddFragments, add_index::AddIndex, add_overlay::AddOverlay,
-    change_schema::ChangeSchema, clone_table::CloneTable, invalidate_index_coverage::InvalidateIndexCoverage,
-    merge_columns::MergeColumns, opaque::Opaque, remove_fragments::RemoveFragments, remove_index::RemoveIndex,
-    replace_fragment_columns::{ColumnTarget, ReplaceFragmentColumns}, reserve_fragment_ids::ReserveFragmentIds,
-    reset_table::ResetTable, restore::Restore, rewrite_fragments::RewriteFragments, update_config::UpdateConfig,
-    update_deletion_vector::UpdateDeletionVector, update_mem_wal_state::UpdateMemWalState,
+    add_bases::AddBases,
+    add_fragments::AddFragments,
+    add_index::AddIndex,
+    add_overlay::AddOverlay,
+    change_schema::ChangeSchema,
+    clone_table::CloneTable,
+    invalidate_index_coverage::InvalidateIndexCoverage,
+    merge_columns::MergeColumns,
+    opaque::Opaque,
+    remove_fragments::RemoveFragments,
+    remove_index::RemoveIndex,
+    replace_fragment_columns::{ColumnTarget, ReplaceFragmentColumns},
+    reserve_fragment_ids::ReserveFragmentIds,
+    reset_table::ResetTable,
+    restore::Restore,
+    rewrite_fragments::RewriteFragments,
+    update_config::UpdateConfig,
+    update_deletion_vector::UpdateDeletionVector,
+    update_mem_wal_state::UpdateMemWalState,
 };
 use crate::context::{OperationKind, TxnContext};
 use crate::error::{Error, Result};
@@ -64,7 +77,9 @@ pub fn lift(op: &Operation) -> ActionTxn {
         ],
         Operation::DataReplacement { replacements } => replacements
             .iter()
-            .map(|g| ReplaceFragmentColumns { target: ColumnTarget::File { fragment_id: g.0, file: g.1.clone() } }.into())
+            .map(|g| {
+                ReplaceFragmentColumns { target: ColumnTarget::File { fragment_id: g.0, file: g.1.clone() } }.into()
+            })
             .collect(),
         Operation::DataOverlay { groups } => groups.iter().map(|g| AddOverlay { group: g.clone() }.into()).collect(),
         Operation::Merge { fragments, schema, preserves_nullability } => vec![
@@ -77,7 +92,12 @@ pub fn lift(op: &Operation) -> ActionTxn {
         Operation::Project { schema, preserves_nullability } => {
             vec![ChangeSchema { schema: schema.clone(), preserves_nullability: *preserves_nullability }.into()]
         }
-        Operation::UpdateConfig { config_updates, table_metadata_updates, schema_metadata_updates, field_metadata_updates } => {
+        Operation::UpdateConfig {
+            config_updates,
+            table_metadata_updates,
+            schema_metadata_updates,
+            field_metadata_updates,
+        } => {
             let mut out: Vec<AnyAction> = Vec::new();
             let maps = [
                 (ConfigMap::Config, config_updates),
@@ -242,9 +262,9 @@ impl Lowering {
             A::RemoveFragments(a) => self.removed_ids.extend(a.ids.iter().copied()),
             A::UpdateDeletionVector(a) => self.updated.push(a.fragment.clone()),
             A::ReplaceFragmentColumns(a) => match &a.target {
-                ColumnTarget::File { fragment_id, file } => self
-                    .replacements
-                    .push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone())),
+                ColumnTarget::File { fragment_id, file } => {
+                    self.replacements.push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone()))
+                }
                 ColumnTarget::Rewritten { fragment, fields } => {
                     self.updated.push(fragment.clone());
                     self.rewritten_fields.push(fields.clone());
@@ -253,7 +273,9 @@ impl Lowering {
             A::AddOverlay(a) => self.overlays.push(a.group.clone()),
             A::RewriteFragments(a) => set_once(&mut self.rewrite, a.clone(), shell, "RewriteFragments")?,
             A::MergeColumns(a) => set_once(&mut self.merge, a.fragments.clone(), shell, "MergeColumns")?,
-            A::InvalidateIndexCoverage(a) => set_once(&mut self.invalidate, a.clone(), shell, "InvalidateIndexCoverage")?,
+            A::InvalidateIndexCoverage(a) => {
+                set_once(&mut self.invalidate, a.clone(), shell, "InvalidateIndexCoverage")?
+            }
             A::AddIndex(a) => self.new_indices.push(a.index.clone()),
             A::RemoveIndex(a) => self.removed_indices.push(a.index.clone()),
             A::ChangeSchema(a) => set_once(&mut self.schema, a.clone(), shell, "ChangeSchema")?,
@@ -265,7 +287,10 @@ impl Lowering {
             A::CloneTable(a) => set_once(&mut self.clone, a.clone(), shell, "CloneTable")?,
             A::UpdateMemWalState(_) => set_once(&mut self.memwal, (), shell, "UpdateMemWalState")?,
             A::Opaque(a) => {
-                return Err(not_lowerable(shell, format!("an opaque action ({}) can never be committed", a.description)));
+                return Err(not_lowerable(
+                    shell,
+                    format!("an opaque action ({}) can never be committed", a.description),
+                ));
             }
         }
         Ok(())
@@ -276,7 +301,10 @@ impl Lowering {
         let present = [
             (ActionKind::AddFragments, self.saw_add),
             (ActionKind::RemoveFragments, !self.removed_ids.is_empty()),
-            (ActionKind::UpdateDeletionVector, !self.updated.is_empty() && self.rewritten_fields.len() < self.updated.len()),
+            (
+                ActionKind::UpdateDeletionVector,
+                !self.updated.is_empty() && self.rewritten_fields.len() < self.updated.len(),
+            ),
             (ActionKind::ReplaceFragmentColumns, !self.replacements.is_empty() || !self.rewritten_fields.is_empty()),
             (ActionKind::AddOverlay, !self.overlays.is_empty()),
             (ActionKind::RewriteFragments, self.rewrite.is_some()),
@@ -302,7 +330,9 @@ impl Lowering {
     fn finish(self, shell: OperationKind, cx: &TxnContext) -> Result<Operation> {
         use ActionKind as K;
         check_context_fits(shell, cx)?;
-        if !cx.compacted_sstables.is_empty() && !matches!(shell, OperationKind::Update | OperationKind::UpdateMemWalState) {
+        if !cx.compacted_sstables.is_empty()
+            && !matches!(shell, OperationKind::Update | OperationKind::UpdateMemWalState)
+        {
             return Err(not_lowerable(shell, "only Update and UpdateMemWalState carry compacted SSTables"));
         }
         let required = |what: &str| not_lowerable(shell, format!("missing its {what} action"));
@@ -316,7 +346,11 @@ impl Lowering {
             }
             OperationKind::Delete => {
                 self.only(shell, &[K::UpdateDeletionVector, K::RemoveFragments])?;
-                Operation::Delete { updated_fragments: self.updated, deleted_fragment_ids: self.removed_ids, predicate: cx.predicate.clone() }
+                Operation::Delete {
+                    updated_fragments: self.updated,
+                    deleted_fragment_ids: self.removed_ids,
+                    predicate: cx.predicate.clone(),
+                }
             }
             OperationKind::Overwrite => {
                 self.only(shell, &[K::ResetTable, K::AddFragments, K::UpdateConfig, K::AddBases])?;
@@ -338,12 +372,19 @@ impl Lowering {
             OperationKind::Rewrite => {
                 self.only(shell, &[K::RewriteFragments])?;
                 let rw = self.rewrite.ok_or_else(|| required("RewriteFragments"))?;
-                Operation::Rewrite { groups: rw.groups, rewritten_indices: rw.rewritten_indices, frag_reuse_index: rw.frag_reuse_index }
+                Operation::Rewrite {
+                    groups: rw.groups,
+                    rewritten_indices: rw.rewritten_indices,
+                    frag_reuse_index: rw.frag_reuse_index,
+                }
             }
             OperationKind::DataReplacement => {
                 self.only(shell, &[K::ReplaceFragmentColumns])?;
                 if !self.rewritten_fields.is_empty() {
-                    return Err(not_lowerable(shell, "a DataReplacement replaces whole files, not rewritten fragments"));
+                    return Err(not_lowerable(
+                        shell,
+                        "a DataReplacement replaces whole files, not rewritten fragments",
+                    ));
                 }
                 Operation::DataReplacement { replacements: self.replacements }
             }
@@ -355,7 +396,11 @@ impl Lowering {
                 self.only(shell, &[K::ChangeSchema, K::MergeColumns])?;
                 let schema = self.schema.ok_or_else(|| required("ChangeSchema"))?;
                 let fragments = self.merge.ok_or_else(|| required("MergeColumns"))?;
-                Operation::Merge { fragments, schema: schema.schema, preserves_nullability: schema.preserves_nullability }
+                Operation::Merge {
+                    fragments,
+                    schema: schema.schema,
+                    preserves_nullability: schema.preserves_nullability,
+                }
             }
             OperationKind::Restore => {
                 self.only(shell, &[K::Restore])?;
@@ -363,7 +408,9 @@ impl Lowering {
             }
             OperationKind::ReserveFragments => {
                 self.only(shell, &[K::ReserveFragmentIds])?;
-                Operation::ReserveFragments { num_fragments: self.reserve.ok_or_else(|| required("ReserveFragmentIds"))? }
+                Operation::ReserveFragments {
+                    num_fragments: self.reserve.ok_or_else(|| required("ReserveFragmentIds"))?,
+                }
             }
             OperationKind::Update => self.finish_update(shell, cx)?,
             OperationKind::Project => {
@@ -382,7 +429,13 @@ impl Lowering {
             OperationKind::Clone => {
                 self.only(shell, &[K::CloneTable])?;
                 let c = self.clone.ok_or_else(|| required("CloneTable"))?;
-                Operation::Clone { is_shallow: c.is_shallow, ref_name: c.ref_name, ref_version: c.ref_version, ref_path: c.ref_path, branch_name: c.branch_name }
+                Operation::Clone {
+                    is_shallow: c.is_shallow,
+                    ref_name: c.ref_name,
+                    ref_version: c.ref_version,
+                    ref_path: c.ref_path,
+                    branch_name: c.branch_name,
+                }
             }
             OperationKind::UpdateBases => {
                 self.only(shell, &[K::AddBases])?;
@@ -395,9 +448,21 @@ impl Lowering {
 
     fn finish_update(self, shell: OperationKind, cx: &TxnContext) -> Result<Operation> {
         use ActionKind as K;
-        self.only(shell, &[K::RemoveFragments, K::UpdateDeletionVector, K::ReplaceFragmentColumns, K::AddFragments, K::InvalidateIndexCoverage])?;
+        self.only(
+            shell,
+            &[
+                K::RemoveFragments,
+                K::UpdateDeletionVector,
+                K::ReplaceFragmentColumns,
+                K::AddFragments,
+                K::InvalidateIndexCoverage,
+            ],
+        )?;
         if !self.replacements.is_empty() {
-            return Err(not_lowerable(shell, "an Update rewrites fragments; whole-file replacement needs a DataReplacement shell"));
+            return Err(not_lowerable(
+                shell,
+                "an Update rewrites fragments; whole-file replacement needs a DataReplacement shell",
+            ));
         }
         let fields_modified = self.invalidate.as_ref().map(|i| i.fields.clone()).unwrap_or_default();
         if let Some(inv) = &self.invalidate {
@@ -411,7 +476,10 @@ impl Lowering {
         }
         let rewrites_columns = cx.update_mode == Some(lance_table::transaction::UpdateMode::RewriteColumns);
         if rewrites_columns != (self.rewritten_fields.len() == self.updated.len()) && !self.updated.is_empty() {
-            return Err(not_lowerable(shell, "updated fragments must all be column rewrites in RewriteColumns mode, and none otherwise"));
+            return Err(not_lowerable(
+                shell,
+                "updated fragments must all be column rewrites in RewriteColumns mode, and none otherwise",
+            ));
         }
         Ok(Operation::Update {
             removed_fragment_ids: self.removed_ids,
@@ -425,7 +493,10 @@ impl Lowering {
                 None => None,
                 Some(InsertedKeys { lance_filter: Some(f), .. }) => Some(f),
                 Some(InsertedKeys { lance_filter: None, .. }) => {
-                    return Err(not_lowerable(shell, "inserted keys without Lance's filter; build one so Lance's resolver sees them"));
+                    return Err(not_lowerable(
+                        shell,
+                        "inserted keys without Lance's filter; build one so Lance's resolver sees them",
+                    ));
                 }
             },
             updated_fragment_offsets: cx.updated_fragment_offsets.clone(),
@@ -492,5 +563,10 @@ fn update_config_op(shell: OperationKind, config: Vec<UpdateConfig>) -> Result<O
             return Err(not_lowerable(shell, format!("two updates of the {:?} map", u.map)));
         }
     }
-    Ok(Operation::UpdateConfig { config_updates, table_metadata_updates, schema_metadata_updates, field_metadata_updates })
+    Ok(Operation::UpdateConfig {
+        config_updates,
+        table_metadata_updates,
+        schema_metadata_updates,
+        field_metadata_updates,
+    })
 }

@@ -21,9 +21,7 @@ impl ActionTxn {
 
     /// Does this transaction replace the baseline (overwrite, restore) rather than change it?
     pub fn resets_baseline(&self) -> bool {
-        self.actions
-            .iter()
-            .any(|a| matches!(a.kind(), ActionKind::ResetTable | ActionKind::Restore))
+        self.actions.iter().any(|a| matches!(a.kind(), ActionKind::ResetTable | ActionKind::Restore))
     }
 
     pub fn is_opaque(&self) -> bool {

@@ -12,12 +12,9 @@ mod strategies;
 use std::collections::{BTreeSet, HashMap};
 
 use lance_actions::actions::{
-    add_fragments::AddFragments, opaque::Opaque, remove_fragments::RemoveFragments,
-    restore::Restore,
+    add_fragments::AddFragments, opaque::Opaque, remove_fragments::RemoveFragments, restore::Restore,
 };
-use lance_actions::codec::{
-    self, FORMAT_VERSION, decode, decode_property, encode, encode_property, proto,
-};
+use lance_actions::codec::{self, FORMAT_VERSION, decode, decode_property, encode, encode_property, proto};
 use lance_actions::{ActionTxn, AnyAction, Error, OperationKind, lift, lower};
 use lance_core::datatypes::Schema;
 use lance_table::format::{DeletionFile, DeletionFileType, Fragment};
@@ -33,22 +30,16 @@ use strategies::{arb_new_fragment, arb_operation, arb_serializable_operation};
 const CASES: u32 = 96;
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(CASES);
+    ProptestConfig { cases, ..ProptestConfig::default() }
 }
 
 /// The schema an operation carries, if any.
 fn op_schema(op: &Operation) -> Option<&Schema> {
     match op {
-        Operation::Overwrite { schema, .. }
-        | Operation::Merge { schema, .. }
-        | Operation::Project { schema, .. } => Some(schema),
+        Operation::Overwrite { schema, .. } | Operation::Merge { schema, .. } | Operation::Project { schema, .. } => {
+            Some(schema)
+        }
         _ => None,
     }
 }
@@ -66,9 +57,7 @@ fn txn_schemas(txn: &ActionTxn) -> Vec<&Schema> {
 }
 
 /// Schema-level metadata, which `PartialEq for Schema` does not compare.
-fn schema_metadata<'a>(
-    schemas: impl IntoIterator<Item = &'a Schema>,
-) -> Vec<&'a HashMap<String, String>> {
+fn schema_metadata<'a>(schemas: impl IntoIterator<Item = &'a Schema>) -> Vec<&'a HashMap<String, String>> {
     schemas.into_iter().map(|s| &s.metadata).collect()
 }
 
@@ -84,13 +73,7 @@ fn decoded(bytes: &[u8]) -> Result<ActionTxn, TestCaseError> {
 /// writes fields in tag order, so the encoding of the first `k` actions is a prefix of the whole.
 fn action_boundaries(txn: &ActionTxn) -> Vec<usize> {
     (0..=txn.actions.len())
-        .map(|k| {
-            encode(&ActionTxn {
-                context: txn.context.clone(),
-                actions: txn.actions[..k].to_vec(),
-            })
-            .len()
-        })
+        .map(|k| encode(&ActionTxn { context: txn.context.clone(), actions: txn.actions[..k].to_vec() }).len())
         .collect()
 }
 
@@ -103,11 +86,7 @@ fn cut_points(txn: &ActionTxn, len: usize) -> BTreeSet<usize> {
     let mut cuts: BTreeSet<usize> = (0..256).chain(len - 256..len).collect();
     cuts.extend((0..len).step_by(len / 256));
     for b in action_boundaries(txn) {
-        cuts.extend(
-            [b.saturating_sub(1), b, b + 1]
-                .into_iter()
-                .filter(|c| *c < len),
-        );
+        cuts.extend([b.saturating_sub(1), b, b + 1].into_iter().filter(|c| *c < len));
     }
     cuts
 }
@@ -249,22 +228,14 @@ fn arb_operation_covers_every_kind() {
             Operation::Update { update_mode, .. } => {
                 update_modes.insert(format!("{update_mode:?}"));
             }
-            Operation::Rewrite {
-                frag_reuse_index, ..
-            } => frag_reuse |= frag_reuse_index.is_some(),
+            Operation::Rewrite { frag_reuse_index, .. } => frag_reuse |= frag_reuse_index.is_some(),
             _ => {}
         }
     }
-    let expected: BTreeSet<_> = OperationKind::ALL
-        .into_iter()
-        .filter(|k| *k != OperationKind::Unknown)
-        .collect();
+    let expected: BTreeSet<_> = OperationKind::ALL.into_iter().filter(|k| *k != OperationKind::Unknown).collect();
     assert_eq!(kinds, expected);
     assert_eq!(update_modes.len(), 3, "{update_modes:?}");
-    assert!(
-        frag_reuse,
-        "no Rewrite with a frag_reuse_index was generated"
-    );
+    assert!(frag_reuse, "no Rewrite with a frag_reuse_index was generated");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,10 +276,7 @@ fn unknown_action_kind_is_corrupt() {
         let mut bytes = valid.clone();
         bytes.extend_from_slice(extra);
         // The appended action really is the only thing wrong.
-        assert_eq!(
-            action_list(&bytes).actions.len(),
-            sample_txn().actions.len() + 1
-        );
+        assert_eq!(action_list(&bytes).actions.len(), sample_txn().actions.len() + 1);
         assert_corrupt(decode(&bytes), "unknown action kind");
     }
     // An action with no kind at all (an empty message) is refused the same way.
@@ -323,12 +291,8 @@ fn missing_context_is_corrupt() {
     list.context = None;
     assert_corrupt(decode(&list.encode_to_vec()), "missing context");
 
-    let empty = proto::ActionList {
-        format_version: FORMAT_VERSION,
-        context: None,
-        actions: vec![],
-        action_count: Some(0),
-    };
+    let empty =
+        proto::ActionList { format_version: FORMAT_VERSION, context: None, actions: vec![], action_count: Some(0) };
     assert_corrupt(decode(&empty.encode_to_vec()), "no context, no actions");
 }
 
@@ -357,32 +321,17 @@ fn empty_and_non_base64_input_is_corrupt() {
 #[test]
 fn an_unrepresentable_index_creation_time_is_corrupt() {
     let mut runner = TestRunner::deterministic();
-    let index = strategies::arb_index()
-        .new_tree(&mut runner)
-        .expect("a value")
-        .current();
-    let txn = lift(&Operation::CreateIndex {
-        new_indices: vec![index.clone()],
-        removed_indices: vec![],
-    });
+    let index = strategies::arb_index().new_tree(&mut runner).expect("a value").current();
+    let txn = lift(&Operation::CreateIndex { new_indices: vec![index.clone()], removed_indices: vec![] });
     let list = action_list(&encode(&txn));
     // u64::MAX reads (as Lance reads it) as -1 ms, a valid instant in 1969.
-    for (ms, valid) in [
-        (1_700_000_000_000u64, true),
-        (u64::MAX, true),
-        (1 << 62, false),
-        (1 << 63, false),
-    ] {
+    for (ms, valid) in [(1_700_000_000_000u64, true), (u64::MAX, true), (1 << 62, false), (1 << 63, false)] {
         let mut message = lance_table::format::pb::IndexMetadata::from(&index);
         message.created_at = Some(ms);
         let bytes = message.encode_to_vec();
         for kind in [
-            proto::action::Kind::AddIndex(proto::AddIndex {
-                index: bytes.clone(),
-            }),
-            proto::action::Kind::RemoveIndex(proto::RemoveIndex {
-                index: bytes.clone(),
-            }),
+            proto::action::Kind::AddIndex(proto::AddIndex { index: bytes.clone() }),
+            proto::action::Kind::RemoveIndex(proto::RemoveIndex { index: bytes.clone() }),
         ] {
             let mut l = list.clone();
             l.actions = vec![proto::Action { kind: Some(kind) }];
@@ -412,10 +361,8 @@ fn assert_not_lowerable(txn: &ActionTxn, what: &str) {
 /// survives the codec, and never lowers.
 #[test]
 fn unknown_operation_lifts_to_opaque_and_never_lowers() {
-    let read = lance_table::transaction::Transaction::try_from(
-        lance_table::format::pb::Transaction::default(),
-    )
-    .expect("Lance reads a transaction without an operation");
+    let read = lance_table::transaction::Transaction::try_from(lance_table::format::pb::Transaction::default())
+        .expect("Lance reads a transaction without an operation");
     assert_eq!(OperationKind::of(&read.operation), OperationKind::Unknown);
     let txn = lift(&read.operation);
     assert_eq!(txn.shell(), OperationKind::Unknown);
@@ -427,55 +374,25 @@ fn unknown_operation_lifts_to_opaque_and_never_lowers() {
 #[test]
 fn an_opaque_action_is_not_lowerable() {
     for shell in OperationKind::ALL {
-        let txn = ActionTxn::new(
-            shell,
-            vec![
-                Opaque {
-                    description: "from the future".into(),
-                }
-                .into(),
-            ],
-        );
+        let txn = ActionTxn::new(shell, vec![Opaque { description: "from the future".into() }.into()]);
         assert_not_lowerable(&txn, &format!("{shell} with an opaque action"));
     }
 }
 
 #[test]
 fn a_shell_cannot_carry_a_foreign_action() {
-    let add: AnyAction = AddFragments {
-        fragments: vec![Fragment::new(0)],
-        keys: None,
-    }
-    .into();
+    let add: AnyAction = AddFragments { fragments: vec![Fragment::new(0)], keys: None }.into();
     let remove: AnyAction = RemoveFragments { ids: vec![1] }.into();
     let restore: AnyAction = Restore { version: 3 }.into();
 
     assert!(lower(&ActionTxn::new(OperationKind::Append, vec![add.clone()])).is_ok());
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Append, vec![add.clone(), remove.clone()]),
-        "Append + Remove",
-    );
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Append, vec![add.clone(), add.clone()]),
-        "two AddFragments",
-    );
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Restore, vec![restore, remove]),
-        "Restore + Remove",
-    );
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Delete, vec![add]),
-        "Delete + Add",
-    );
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Append, vec![add.clone(), remove.clone()]), "Append + Remove");
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Append, vec![add.clone(), add.clone()]), "two AddFragments");
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Restore, vec![restore, remove]), "Restore + Remove");
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Delete, vec![add]), "Delete + Add");
     // A required action is missing.
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Restore, vec![]),
-        "Restore without Restore",
-    );
-    assert_not_lowerable(
-        &ActionTxn::new(OperationKind::Merge, vec![]),
-        "Merge without its actions",
-    );
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Restore, vec![]), "Restore without Restore");
+    assert_not_lowerable(&ActionTxn::new(OperationKind::Merge, vec![]), "Merge without its actions");
 }
 
 /// The codec carries `frag_reuse_index` even though Lance never serializes it.
@@ -486,13 +403,7 @@ fn frag_reuse_index_survives_the_codec() {
     let mut seen = 0;
     while seen < 8 {
         let op = strategy.new_tree(&mut runner).expect("a value").current();
-        if matches!(
-            &op,
-            Operation::Rewrite {
-                frag_reuse_index: Some(_),
-                ..
-            }
-        ) {
+        if matches!(&op, Operation::Rewrite { frag_reuse_index: Some(_), .. }) {
             let txn = lift(&op);
             assert_eq!(decode(&encode(&txn)).expect("decode"), txn);
             seen += 1;
@@ -511,21 +422,13 @@ fn frag_reuse_index_survives_the_codec() {
 #[test]
 fn lance_pb_normalizations_are_inherited() {
     let mut runner = TestRunner::deterministic();
-    let mut fragment = arb_new_fragment()
-        .new_tree(&mut runner)
-        .expect("a value")
-        .current();
+    let mut fragment = arb_new_fragment().new_tree(&mut runner).expect("a value").current();
     fragment.physical_rows = Some(0);
-    let txn = lift(&Operation::Append {
-        fragments: vec![fragment.clone()],
-    });
+    let txn = lift(&Operation::Append { fragments: vec![fragment.clone()] });
     let back = decode(&encode(&txn)).expect("decode");
-    let AnyAction::AddFragments(add) = &back.actions[0] else {
-        panic!("expected AddFragments")
-    };
+    let AnyAction::AddFragments(add) = &back.actions[0] else { panic!("expected AddFragments") };
     assert_eq!(add.fragments[0].physical_rows, None);
-    let via_lance =
-        Fragment::try_from(lance_table::format::pb::DataFragment::from(&fragment)).expect("lance");
+    let via_lance = Fragment::try_from(lance_table::format::pb::DataFragment::from(&fragment)).expect("lance");
     assert_eq!(add.fragments[0], via_lance);
 
     fragment.deletion_file = Some(DeletionFile {
@@ -541,16 +444,8 @@ fn lance_pb_normalizations_are_inherited() {
         predicate: String::new(),
     });
     let back = decode(&encode(&txn)).expect("decode");
-    let AnyAction::UpdateDeletionVector(dv) = &back.actions[0] else {
-        panic!("expected UpdateDeletionVector")
-    };
-    assert_eq!(
-        dv.fragment
-            .deletion_file
-            .as_ref()
-            .and_then(|d| d.num_deleted_rows),
-        None
-    );
+    let AnyAction::UpdateDeletionVector(dv) = &back.actions[0] else { panic!("expected UpdateDeletionVector") };
+    assert_eq!(dv.fragment.deletion_file.as_ref().and_then(|d| d.num_deleted_rows), None);
 }
 
 /// The envelope helpers are reachable and agree with each other.

@@ -12,9 +12,11 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lance::Dataset;
-use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance::dataset::optimize::{CompactionOptions, compact_files};
-use lance::dataset::{DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams};
+use lance::dataset::transaction::{Operation, TransactionBuilder};
+use lance::dataset::{
+    DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
+};
 use lance::index::DatasetIndexExt;
 use lance_actions::Reason;
 use lance_actions_commit::history::actions_of;
@@ -55,7 +57,9 @@ async fn create_table(uri: &str) -> Arc<Dataset> {
     let mut ids: Vec<i64> = (0..BASE_ROWS).collect();
     ids.extend(CONTESTED);
     let params = WriteParams { mode: WriteMode::Create, max_rows_per_file: 32, ..Default::default() };
-    Arc::new(InsertBuilder::new(uri).with_params(&params).execute(vec![batch(&ids).expect("batch")]).await.expect("create"))
+    Arc::new(
+        InsertBuilder::new(uri).with_params(&params).execute(vec![batch(&ids).expect("batch")]).await.expect("create"),
+    )
 }
 
 async fn open_latest(uri: &str) -> Arc<Dataset> {
@@ -111,7 +115,10 @@ fn blame(log: &mut Log, reason: &Reason) {
     }
 }
 
-async fn stage(ds: &Arc<Dataset>, op: &Op) -> Option<(lance::dataset::transaction::Transaction, Option<lance_select::RowAddrTreeMap>)> {
+async fn stage(
+    ds: &Arc<Dataset>,
+    op: &Op,
+) -> Option<(lance::dataset::transaction::Transaction, Option<lance_select::RowAddrTreeMap>)> {
     match op {
         Op::Insert(_) | Op::Upsert(_) => {
             let ids = match op {
@@ -122,17 +129,31 @@ async fn stage(ds: &Arc<Dataset>, op: &Op) -> Option<(lance::dataset::transactio
             let mut b = MergeInsertBuilder::try_new(ds.clone(), vec!["id".into()]).expect("merge insert");
             let matched = if matches!(op, Op::Insert(_)) { WhenMatched::DoNothing } else { WhenMatched::UpdateAll };
             b.when_matched(matched).when_not_matched(WhenNotMatched::InsertAll).use_index(false);
-            let staged = b.try_build().expect("build").execute_uncommitted_batches(vec![batch(&ids).expect("batch")]).await.expect("stage");
+            let staged = b
+                .try_build()
+                .expect("build")
+                .execute_uncommitted_batches(vec![batch(&ids).expect("batch")])
+                .await
+                .expect("stage");
             Some((staged.transaction, staged.affected_rows))
         }
         Op::Delete(ids) => {
             let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-            let staged = DeleteBuilder::new(ds.clone(), format!("id IN ({})", list.join(", "))).execute_uncommitted().await.expect("stage delete");
+            let staged = DeleteBuilder::new(ds.clone(), format!("id IN ({})", list.join(", ")))
+                .execute_uncommitted()
+                .await
+                .expect("stage delete");
             Some((staged.transaction, staged.affected_rows))
         }
         Op::Config(key) => {
             let op = Operation::UpdateConfig {
-                config_updates: Some(UpdateMap { update_entries: vec![UpdateMapEntry { key: key.clone(), value: Some(ds.manifest().version.to_string()) }], replace: false }),
+                config_updates: Some(UpdateMap {
+                    update_entries: vec![UpdateMapEntry {
+                        key: key.clone(),
+                        value: Some(ds.manifest().version.to_string()),
+                    }],
+                    replace: false,
+                }),
                 table_metadata_updates: None,
                 schema_metadata_updates: None,
                 field_metadata_updates: HashMap::new(),
@@ -144,7 +165,8 @@ async fn stage(ds: &Arc<Dataset>, op: &Op) -> Option<(lance::dataset::transactio
             let params = ScalarIndexParams::default();
             let builder = d.create_index_builder(&["v"], IndexType::BTree, &params);
             let meta = builder.name("v_idx".into()).replace(true).execute_uncommitted().await.expect("stage index");
-            let removed: Vec<_> = ds.load_indices().await.expect("indices").iter().filter(|i| i.name == "v_idx").cloned().collect();
+            let removed: Vec<_> =
+                ds.load_indices().await.expect("indices").iter().filter(|i| i.name == "v_idx").cloned().collect();
             let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: removed };
             Some((TransactionBuilder::new(ds.manifest().version, op).build(), None))
         }
@@ -173,8 +195,12 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
                 next += 2;
                 Op::Insert(vec![next - 2, next - 1])
             }
-            30..45 if !own_base.is_empty() => Op::Delete(vec![own_base.swap_remove(rng.random_range(0..own_base.len()))]),
-            45..55 if !own_inserted.is_empty() => Op::Delete(vec![own_inserted.swap_remove(rng.random_range(0..own_inserted.len()))]),
+            30..45 if !own_base.is_empty() => {
+                Op::Delete(vec![own_base.swap_remove(rng.random_range(0..own_base.len()))])
+            }
+            45..55 if !own_inserted.is_empty() => {
+                Op::Delete(vec![own_inserted.swap_remove(rng.random_range(0..own_inserted.len()))])
+            }
             55..65 => Op::Delete(vec![rng.random_range(CONTESTED)]),
             65..80 if !own_inserted.is_empty() => Op::Upsert(own_inserted[rng.random_range(0..own_inserted.len())]),
             80..92 => Op::Config(format!("writer{w}")),
@@ -224,7 +250,11 @@ async fn verify(uri: &str, logs: &[Log]) {
     assert!(lost.is_empty() && extra.is_empty(), "lost rows {lost:?}, resurrected or unexpected rows {extra:?}");
     for v in 1..=ds.manifest().version {
         let at = ds.checkout_version(v).await.unwrap_or_else(|e| panic!("version {v} does not open: {e}"));
-        let txn = ds.read_transaction_by_version(v).await.expect("read txn").unwrap_or_else(|| panic!("version {v} has no transaction"));
+        let txn = ds
+            .read_transaction_by_version(v)
+            .await
+            .expect("read txn")
+            .unwrap_or_else(|| panic!("version {v} has no transaction"));
         actions_of(&txn).unwrap_or_else(|e| panic!("version {v}'s actions do not decode: {e}"));
         drop(at);
     }
@@ -240,7 +270,9 @@ fn summary(logs: &[Log]) -> String {
     let commits: usize = logs.iter().map(|l| l.commits).sum();
     let retries: usize = logs.iter().map(|l| l.blamed.len()).sum();
     let fails: usize = logs.iter().map(|l| l.fails.len()).sum();
-    format!("{commits} commits through the driver, {retries} retry/fail verdicts (re-executed, each re-checked), {fails} fails")
+    format!(
+        "{commits} commits through the driver, {retries} retry/fail verdicts (re-executed, each re-checked), {fails} fails"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -262,7 +294,9 @@ async fn eight_threads_commit_concurrently_without_losing_or_resurrecting_rows()
 /// Entry point of a child process: runs one writer when spawned by the parent test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_writer_child() {
-    let (Ok(uri), Ok(w), Ok(out)) = (std::env::var("LA_CHILD_URI"), std::env::var("LA_CHILD_WRITER"), std::env::var("LA_CHILD_OUT")) else {
+    let (Ok(uri), Ok(w), Ok(out)) =
+        (std::env::var("LA_CHILD_URI"), std::env::var("LA_CHILD_WRITER"), std::env::var("LA_CHILD_OUT"))
+    else {
         return;
     };
     let w: i64 = w.parse().expect("writer id");

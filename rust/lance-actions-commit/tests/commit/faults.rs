@@ -25,7 +25,12 @@ async fn peer_with_encoded_actions(ds: &Arc<lance::Dataset>, encoded: String) ->
     CommitBuilder::new(ds.clone()).execute(txn).await.expect("peer commits").manifest().version
 }
 
-async fn assert_refused_and_unchanged(uri: &str, ds: &Arc<lance::Dataset>, head: u64, expect: impl Fn(&CommitError) -> bool) {
+async fn assert_refused_and_unchanged(
+    uri: &str,
+    ds: &Arc<lance::Dataset>,
+    head: u64,
+    expect: impl Fn(&CommitError) -> bool,
+) {
     let ours = stage_delete(ds, "ours", "id = 3").await.expect("stage ours");
     let err = ds.action_commit().execute(ours.txn).await.expect_err("must be refused");
     assert!(expect(&err), "unexpected error: {err}");
@@ -51,12 +56,16 @@ async fn a_peer_action_list_from_a_newer_format_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
     let ds = create_sample(&uri).await.expect("sample");
-    let mut list = proto::ActionList::decode(codec::encode(&ActionTxn::new(OperationKind::Append, vec![])).as_slice()).expect("decode");
+    let mut list = proto::ActionList::decode(codec::encode(&ActionTxn::new(OperationKind::Append, vec![])).as_slice())
+        .expect("decode");
     list.format_version = codec::FORMAT_VERSION + 1;
     let encoded = base64_encode(&list.encode_to_vec());
     let head = peer_with_encoded_actions(&ds, encoded).await;
     assert_refused_and_unchanged(&uri, &ds, head, |e| {
-        matches!(e, CommitError::Layer { source: Error::PeerActions { source: lance_actions::Error::NewerFormat { .. }, .. } })
+        matches!(
+            e,
+            CommitError::Layer { source: Error::PeerActions { source: lance_actions::Error::NewerFormat { .. }, .. } }
+        )
     })
     .await;
 }
@@ -108,7 +117,8 @@ async fn crash_child() {
 #[tokio::test]
 async fn a_crash_at_any_step_leaves_the_old_or_the_new_version_never_a_partial_one() {
     let exe = std::env::current_exe().expect("test binary");
-    for (point, lands) in [("before-lance-commit", false), ("after-transaction-file", false), ("after-manifest", true)] {
+    for (point, lands) in [("before-lance-commit", false), ("after-transaction-file", false), ("after-manifest", true)]
+    {
         let dir = tempfile::tempdir().expect("tempdir");
         let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
         let before = create_sample(&uri).await.expect("sample").manifest().version;

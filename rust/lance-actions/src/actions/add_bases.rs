@@ -82,7 +82,13 @@ impl Action for AddBases {
 
 impl AddBases {
     pub(crate) fn encode(&self) -> proto::AddBases {
-        proto::AddBases { bases: self.bases.iter().map(|b| codec::lance_bytes(&lance_table::format::pb::BasePath::from(b.clone()))).collect() }
+        proto::AddBases {
+            bases: self
+                .bases
+                .iter()
+                .map(|b| codec::lance_bytes(&lance_table::format::pb::BasePath::from(b.clone())))
+                .collect(),
+        }
     }
 
     pub(crate) fn decode(p: proto::AddBases) -> Result<Self> {

@@ -7,9 +7,9 @@
 
 use crate::codec::{self, proto};
 use crate::error::Result;
-use lance_table::format::key_existence::KeyExistenceFilter;
 use crate::keys::KeyHashSet;
 use lance_table::format::Fragment;
+use lance_table::format::key_existence::KeyExistenceFilter;
 
 use super::{fragment_fields, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
@@ -69,9 +69,7 @@ impl AddFragments {
         }
         match (&self.keys, &theirs.keys) {
             (None, None) => Verdict::Ok,
-            (Some(_), None) => {
-                peer.retry(K, Rule::KeysUnverifiable, "the committed insert declared no keys")
-            }
+            (Some(_), None) => peer.retry(K, Rule::KeysUnverifiable, "the committed insert declared no keys"),
             (None, Some(_)) => peer.retry(
                 K,
                 Rule::KeysUnverifiable,
@@ -143,8 +141,14 @@ impl AddFragments {
         proto::AddFragments {
             fragments: self.fragments.iter().map(codec::fragment_bytes).collect(),
             keys: self.keys.as_ref().map(|k| proto::InsertedKeys {
-                lance_filter: k.lance_filter.as_ref().map(|f| codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(f))),
-                exact: k.exact.as_ref().map(|e| proto::KeyHashSet { field_ids: e.field_ids.clone(), hashes: e.hashes().to_vec() }),
+                lance_filter: k
+                    .lance_filter
+                    .as_ref()
+                    .map(|f| codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(f))),
+                exact: k
+                    .exact
+                    .as_ref()
+                    .map(|e| proto::KeyHashSet { field_ids: e.field_ids.clone(), hashes: e.hashes().to_vec() }),
             }),
         }
     }
@@ -156,14 +160,25 @@ impl AddFragments {
                 let lance_filter = match k.lance_filter {
                     None => None,
                     Some(bytes) => {
-                        let pb: lance_table::format::pb::transaction::KeyExistenceFilter = codec::lance_message(&bytes, "key filter")?;
-                        Some(KeyExistenceFilter::try_from(&pb).map_err(|e| codec::corrupt(format!("key filter: {e}")))?)
+                        let pb: lance_table::format::pb::transaction::KeyExistenceFilter =
+                            codec::lance_message(&bytes, "key filter")?;
+                        Some(
+                            KeyExistenceFilter::try_from(&pb)
+                                .map_err(|e| codec::corrupt(format!("key filter: {e}")))?,
+                        )
                     }
                 };
-                let exact = k.exact.map(|e| {
-                    let sorted = e.hashes.windows(2).all(|w| w[0] < w[1]);
-                    if sorted { Ok(KeyHashSet::from_hashes(e.field_ids, e.hashes)) } else { Err(codec::corrupt("key hashes are not sorted and unique")) }
-                }).transpose()?;
+                let exact = k
+                    .exact
+                    .map(|e| {
+                        let sorted = e.hashes.windows(2).all(|w| w[0] < w[1]);
+                        if sorted {
+                            Ok(KeyHashSet::from_hashes(e.field_ids, e.hashes))
+                        } else {
+                            Err(codec::corrupt("key hashes are not sorted and unique"))
+                        }
+                    })
+                    .transpose()?;
                 Some(InsertedKeys { lance_filter, exact })
             }
         };

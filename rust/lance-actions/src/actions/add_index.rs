@@ -55,12 +55,10 @@ impl AddIndex {
                 self.trim(rm.ids.iter().copied());
                 Verdict::Ok
             }
-            AnyAction::RewriteFragments(rw) => {
-                match rw.old_ids().into_iter().find(|id| self.covers(*id)) {
-                    Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
-                    None => Verdict::Ok,
-                }
-            }
+            AnyAction::RewriteFragments(rw) => match rw.old_ids().into_iter().find(|id| self.covers(*id)) {
+                Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
+                None => Verdict::Ok,
+            },
             AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) => peer.retry(
                 K,
                 Rule::DataFilesChanged,
@@ -90,7 +88,11 @@ impl Action for AddIndex {
 
     fn writes(&self) -> Mask {
         Mask::new()
-            .with(ManifestPath::Index { uuid: self.index.uuid, fields: self.index.fields.clone(), scope: IndexScope::Whole })
+            .with(ManifestPath::Index {
+                uuid: self.index.uuid,
+                fields: self.index.fields.clone(),
+                scope: IndexScope::Whole,
+            })
             .with(ManifestPath::IndexName(self.index.name.clone()))
     }
 

@@ -54,14 +54,23 @@ impl AddOverlay {
             (AnyAction::UpdateDeletionVector(_), _) if !peer.context.moves_rows() => Verdict::Ok,
             (AnyAction::UpdateDeletionVector(theirs), _) => {
                 let base = cx.base.fragment(theirs.fragment.id);
-                match UpdateDeletionVector::rows_deleted(theirs.affected_rows.as_ref(), &theirs.fragment, base, cx.facts) {
+                match UpdateDeletionVector::rows_deleted(
+                    theirs.affected_rows.as_ref(),
+                    &theirs.fragment,
+                    base,
+                    cx.facts,
+                ) {
                     None => peer.retry(K, Rule::RowsUnknown, "rows the committed update moved are unknown"),
                     Some(moved) => {
                         let shared = moved & overlay_rows(&self.group);
                         if shared.is_empty() {
                             Verdict::Ok
                         } else {
-                            peer.retry(K, Rule::RowsOverlap, format!("the committed update moved {} row(s) our overlay covers", shared.len()))
+                            peer.retry(
+                                K,
+                                Rule::RowsOverlap,
+                                format!("the committed update moved {} row(s) our overlay covers", shared.len()),
+                            )
                         }
                     }
                 }
@@ -113,11 +122,14 @@ impl Action for AddOverlay {
 
 impl AddOverlay {
     pub(crate) fn encode(&self) -> proto::AddOverlay {
-        proto::AddOverlay { group: codec::lance_bytes(&lance_table::format::pb::transaction::DataOverlayGroup::from(&self.group)) }
+        proto::AddOverlay {
+            group: codec::lance_bytes(&lance_table::format::pb::transaction::DataOverlayGroup::from(&self.group)),
+        }
     }
 
     pub(crate) fn decode(p: proto::AddOverlay) -> Result<Self> {
-        let pb: lance_table::format::pb::transaction::DataOverlayGroup = codec::lance_message(&p.group, "overlay group")?;
+        let pb: lance_table::format::pb::transaction::DataOverlayGroup =
+            codec::lance_message(&p.group, "overlay group")?;
         Ok(Self { group: codec::lance_convert(pb, "overlay group")? })
     }
 }

@@ -99,7 +99,10 @@ impl Action for ChangeSchema {
 
 impl ChangeSchema {
     pub(crate) fn encode(&self) -> proto::ChangeSchema {
-        proto::ChangeSchema { schema: Some(codec::schema_to_proto(&self.schema)), preserves_nullability: self.preserves_nullability }
+        proto::ChangeSchema {
+            schema: Some(codec::schema_to_proto(&self.schema)),
+            preserves_nullability: self.preserves_nullability,
+        }
     }
 
     pub(crate) fn decode(p: proto::ChangeSchema) -> Result<Self> {

@@ -1,10 +1,10 @@
 //! CloneTable: the first commit of a shallow clone or branch, referencing another dataset's files.
 //! Lowers to `Clone`. It starts a new history, so nothing can be concurrent with it on that history.
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx};
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::Mask;
 use crate::state::TableState;
 use crate::verdict::{Reason, Verdict};
@@ -54,6 +54,12 @@ impl CloneTable {
     }
 
     pub(crate) fn decode(p: proto::CloneTable) -> Result<Self> {
-        Ok(Self { is_shallow: p.is_shallow, ref_name: p.ref_name, ref_version: p.ref_version, ref_path: p.ref_path, branch_name: p.branch_name })
+        Ok(Self {
+            is_shallow: p.is_shallow,
+            ref_name: p.ref_name,
+            ref_version: p.ref_version,
+            ref_path: p.ref_path,
+            branch_name: p.branch_name,
+        })
     }
 }

@@ -3,10 +3,10 @@
 //! and is evaluated against whatever indices exist when it applies, so it commutes with index
 //! creation. Implied by `Update.fields_modified` (Lance prunes the bitmaps when it builds the manifest).
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::{IndexScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Verdict};

@@ -29,11 +29,7 @@ use crate::path::{FieldScope, ManifestPath, Mask};
 
 /// Field ids with data in `files` (tombstoned columns, id < 0, excluded), sorted and unique.
 pub(crate) fn file_fields<'a>(files: impl IntoIterator<Item = &'a DataFile>) -> BTreeSet<i32> {
-    files
-        .into_iter()
-        .flat_map(|f| f.fields.iter().copied())
-        .filter(|id| *id >= 0)
-        .collect()
+    files.into_iter().flat_map(|f| f.fields.iter().copied()).filter(|id| *id >= 0).collect()
 }
 
 /// Field ids with data in any of `fragments`.

@@ -2,10 +2,10 @@
 //! It reads and writes the whole table, so it overlaps everything, and its rebase always fails:
 //! nothing we cannot read is ever skipped.
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::{ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};

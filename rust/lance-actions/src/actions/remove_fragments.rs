@@ -1,10 +1,10 @@
 //! RemoveFragments: fragments leave the table (a delete that emptied them, rows an update moved out).
 //! Lowers to `Delete.deleted_fragment_ids` or `Update.removed_fragment_ids`.
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::{FragmentScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
@@ -21,9 +21,7 @@ impl RemoveFragments {
             return v;
         }
         match peer.their_path {
-            ManifestPath::FragmentSet | ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter => {
-                Verdict::Ok
-            }
+            ManifestPath::FragmentSet | ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter => Verdict::Ok,
             // An overlay on a fragment we remove disappears with it, which is what removal means.
             ManifestPath::Fragment { scope: FragmentScope::Overlays, .. } => Verdict::Ok,
             ManifestPath::Fragment { scope: FragmentScope::Existence, .. } => {

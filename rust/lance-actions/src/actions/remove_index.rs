@@ -44,7 +44,11 @@ impl Action for RemoveIndex {
 
     fn writes(&self) -> Mask {
         Mask::new()
-            .with(ManifestPath::Index { uuid: self.index.uuid, fields: self.index.fields.clone(), scope: IndexScope::Whole })
+            .with(ManifestPath::Index {
+                uuid: self.index.uuid,
+                fields: self.index.fields.clone(),
+                scope: IndexScope::Whole,
+            })
             .with(ManifestPath::IndexName(self.index.name.clone()))
     }
 

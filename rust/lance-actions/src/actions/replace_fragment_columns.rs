@@ -63,7 +63,11 @@ impl ReplaceFragmentColumns {
             AnyAction::AddIndex(ai) => {
                 let covered = ai.index.fragment_bitmap.as_ref().is_none_or(|b| b.contains(self.fragment_id() as u32));
                 if covered {
-                    peer.retry(K, Rule::IndexClash, format!("index {} was trained over a column we replace", ai.index.name))
+                    peer.retry(
+                        K,
+                        Rule::IndexClash,
+                        format!("index {} was trained over a column we replace", ai.index.name),
+                    )
                 } else {
                     Verdict::Ok
                 }
@@ -95,7 +99,9 @@ impl ReplaceFragmentColumns {
                 peer.fail(K, Rule::FragmentGone, "the committed transaction deleted the fragment we replace columns of")
             }
             // A plain delete's new deletion vector leaves a column replacement valid.
-            AnyAction::UpdateDeletionVector(_) if self.is_data_replacement() && !peer.context.moves_rows() => Verdict::Ok,
+            AnyAction::UpdateDeletionVector(_) if self.is_data_replacement() && !peer.context.moves_rows() => {
+                Verdict::Ok
+            }
             _ if !same_fragment => Verdict::Ok,
             _ => peer.retry(K, Rule::DataFilesChanged, "the committed transaction changed the fragment"),
         }
@@ -123,12 +129,8 @@ impl Action for ReplaceFragmentColumns {
     fn writes(&self) -> Mask {
         let id = self.fragment_id();
         let fields = self.fields();
-        let mut mask = Mask(
-            fields
-                .iter()
-                .map(|&f| ManifestPath::fragment(id, FragmentScope::DataFiles(Some(f))))
-                .collect(),
-        );
+        let mut mask =
+            Mask(fields.iter().map(|&f| ManifestPath::fragment(id, FragmentScope::DataFiles(Some(f)))).collect());
         mask.extend(supplier_writes(&fields));
         mask
     }
@@ -154,10 +156,10 @@ impl Action for ReplaceFragmentColumns {
                 state.fragments.insert(fragment.id, fragment.clone());
             }
             ColumnTarget::File { fragment_id, file } => {
-                if let Some(f) = state.fragments.get_mut(fragment_id) {
-                    if let Some(slot) = f.files.iter_mut().find(|d| d.fields == file.fields) {
-                        *slot = file.clone();
-                    }
+                if let Some(f) = state.fragments.get_mut(fragment_id)
+                    && let Some(slot) = f.files.iter_mut().find(|d| d.fields == file.fields)
+                {
+                    *slot = file.clone();
                 }
             }
         }
@@ -184,9 +186,14 @@ impl ReplaceFragmentColumns {
         let target = match codec::required(p.target, "column target")? {
             Target::File(f) => ColumnTarget::File {
                 fragment_id: f.fragment_id,
-                file: codec::lance_convert(codec::lance_message::<lance_table::format::pb::DataFile>(&f.data_file, "data file")?, "data file")?,
+                file: codec::lance_convert(
+                    codec::lance_message::<lance_table::format::pb::DataFile>(&f.data_file, "data file")?,
+                    "data file",
+                )?,
             },
-            Target::Rewritten(r) => ColumnTarget::Rewritten { fragment: codec::fragment_from(&r.fragment)?, fields: r.fields },
+            Target::Rewritten(r) => {
+                ColumnTarget::Rewritten { fragment: codec::fragment_from(&r.fragment)?, fields: r.fields }
+            }
         };
         Ok(Self { target })
     }

@@ -1,10 +1,10 @@
 //! ReserveFragmentIds: advance the fragment-id counter so a writer knows ids before it commits.
 //! Lowers to `ReserveFragments`. Commutes with everything but a baseline replacement.
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::{ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Verdict};

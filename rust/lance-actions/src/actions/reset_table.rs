@@ -24,9 +24,11 @@ impl ResetTable {
         match peer.action {
             AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
             AnyAction::ResetTable(_) => peer.retry(K, Rule::BaselineReplaced, "another overwrite committed first"),
-            AnyAction::UpdateMemWalState(_) => {
-                peer.fail(K, Rule::MemWalGeneration, "a MemWAL state update recorded progress against the table we replace")
-            }
+            AnyAction::UpdateMemWalState(_) => peer.fail(
+                K,
+                Rule::MemWalGeneration,
+                "a MemWAL state update recorded progress against the table we replace",
+            ),
             _ => Verdict::Ok,
         }
     }

@@ -2,11 +2,11 @@
 //! rebase it forward; it only refuses when a concurrent schema-metadata update would be silently
 //! discarded, or when a peer is not understood.
 
-use crate::codec::proto;
-use crate::error::Result;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::actions::update_config::UpdateConfig;
+use crate::codec::proto;
 use crate::context::TxnContext;
+use crate::error::Result;
 use crate::path::{ConfigMap, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
@@ -25,9 +25,11 @@ impl Restore {
         const K: ActionKind = ActionKind::Restore;
         match peer.action {
             AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
-            AnyAction::UpdateMemWalState(_) => {
-                peer.fail(K, Rule::MemWalGeneration, "a MemWAL state update recorded progress against the table we replace")
-            }
+            AnyAction::UpdateMemWalState(_) => peer.fail(
+                K,
+                Rule::MemWalGeneration,
+                "a MemWAL state update recorded progress against the table we replace",
+            ),
             AnyAction::UpdateConfig(u) if targets_schema_metadata(u) => {
                 peer.fail(K, Rule::LanceCompatible, "a committed schema-metadata update would be discarded")
             }

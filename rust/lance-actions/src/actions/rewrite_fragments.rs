@@ -44,7 +44,11 @@ impl RewriteFragments {
                     Some(bitmap) => self.old_ids().iter().any(|id| bitmap.contains(*id as u32)),
                 };
                 if covers_old {
-                    peer.retry(K, Rule::IndexClash, "a committed index covers fragments we rewrite; its row addresses would go stale")
+                    peer.retry(
+                        K,
+                        Rule::IndexClash,
+                        "a committed index covers fragments we rewrite; its row addresses would go stale",
+                    )
                 } else {
                     Verdict::Ok
                 }
@@ -71,7 +75,8 @@ impl Action for RewriteFragments {
     }
 
     fn reads(&self) -> Mask {
-        let mut mask = Mask(self.old_ids().into_iter().map(|id| ManifestPath::fragment(id, FragmentScope::Whole)).collect());
+        let mut mask =
+            Mask(self.old_ids().into_iter().map(|id| ManifestPath::fragment(id, FragmentScope::Whole)).collect());
         let old = self.groups.iter().flat_map(|g| g.old_fragments.iter());
         for field in fragment_fields(old) {
             mask.push(ManifestPath::IndicesCoveringField { field, scope: IndexScope::Coverage });
@@ -120,7 +125,11 @@ impl RewriteFragments {
         use lance_table::format::pb::transaction::rewrite as pb;
         proto::RewriteFragments {
             groups: self.groups.iter().map(|g| codec::lance_bytes(&pb::RewriteGroup::from(g))).collect(),
-            rewritten_indices: self.rewritten_indices.iter().map(|r| codec::lance_bytes(&pb::RewrittenIndex::from(r))).collect(),
+            rewritten_indices: self
+                .rewritten_indices
+                .iter()
+                .map(|r| codec::lance_bytes(&pb::RewrittenIndex::from(r)))
+                .collect(),
             frag_reuse_index: self.frag_reuse_index.as_ref().map(codec::index_bytes),
         }
     }
@@ -130,7 +139,9 @@ impl RewriteFragments {
         let groups = p
             .groups
             .iter()
-            .map(|b| codec::lance_convert(codec::lance_message::<pb::RewriteGroup>(b, "rewrite group")?, "rewrite group"))
+            .map(|b| {
+                codec::lance_convert(codec::lance_message::<pb::RewriteGroup>(b, "rewrite group")?, "rewrite group")
+            })
             .collect::<Result<Vec<RewriteGroup>>>()?;
         let rewritten_indices = p
             .rewritten_indices

@@ -4,8 +4,8 @@
 
 use crate::codec::{self, proto};
 use crate::error::Result;
-use lance_table::transaction::UpdateMapEntry;
 use lance_table::transaction::UpdateMap;
+use lance_table::transaction::UpdateMapEntry;
 
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::{OperationKind, TxnContext};
@@ -126,7 +126,12 @@ impl UpdateConfig {
         proto::UpdateConfig {
             map: map as i32,
             field_id,
-            entries: self.update.update_entries.iter().map(|e| proto::MapEntry { key: e.key.clone(), value: e.value.clone() }).collect(),
+            entries: self
+                .update
+                .update_entries
+                .iter()
+                .map(|e| proto::MapEntry { key: e.key.clone(), value: e.value.clone() })
+                .collect(),
             replace: self.update.replace,
         }
     }
@@ -154,7 +159,10 @@ mod tests {
     use crate::{NoFacts, TableState};
 
     fn txn(map: ConfigMap, key: &str, value: Option<&str>) -> ActionTxn {
-        let update = UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: value.map(Into::into) }], replace: false };
+        let update = UpdateMap {
+            update_entries: vec![UpdateMapEntry { key: key.into(), value: value.map(Into::into) }],
+            replace: false,
+        };
         ActionTxn::new(OperationKind::UpdateConfig, vec![UpdateConfig { map, update }.into()])
     }
 

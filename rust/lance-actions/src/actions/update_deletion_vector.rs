@@ -51,7 +51,12 @@ impl UpdateDeletionVector {
         Some(after - before)
     }
 
-    fn rebase_against_vector(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, theirs: &UpdateDeletionVector) -> Verdict {
+    fn rebase_against_vector(
+        &mut self,
+        cx: &RebaseCx<'_>,
+        peer: &PeerAction<'_>,
+        theirs: &UpdateDeletionVector,
+    ) -> Verdict {
         const K: ActionKind = ActionKind::UpdateDeletionVector;
         if theirs.fragment.files != self.fragment.files {
             return peer.retry(K, Rule::DataFilesChanged, "the committed change also rewrote data files");
@@ -119,7 +124,9 @@ impl Action for UpdateDeletionVector {
 
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         match state.fragment(self.fragment.id) {
-            None => Err(invalid(ActionKind::UpdateDeletionVector, format!("fragment {} does not exist", self.fragment.id))),
+            None => {
+                Err(invalid(ActionKind::UpdateDeletionVector, format!("fragment {} does not exist", self.fragment.id)))
+            }
             Some(_) => Ok(()),
         }
     }

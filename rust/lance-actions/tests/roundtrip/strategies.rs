@@ -17,19 +17,17 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field as ArrowField, Fields as ArrowFields, Schema as ArrowSchema};
 use lance_core::datatypes::Schema;
 use lance_file::version::ConcreteFileVersion;
-use lance_table::format::key_existence::{
-    FilterType, KeyExistenceFilter, KeyExistenceFilterBuilder, KeyValue,
-};
+use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyExistenceFilterBuilder, KeyValue};
 use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage, TOMBSTONE_FIELD_ID};
 use lance_table::format::{
-    BasePath, DataFile, DeletionFile, DeletionFileType, Fragment, IndexFile, IndexMetadata,
-    RowDatasetVersionMeta, RowDatasetVersionSequence, RowIdMeta, pb,
+    BasePath, DataFile, DeletionFile, DeletionFileType, Fragment, IndexFile, IndexMetadata, RowDatasetVersionMeta,
+    RowDatasetVersionSequence, RowIdMeta, pb,
 };
 use lance_table::rowids::{RowIdSequence, write_row_ids};
 use lance_table::system_index::mem_wal::CompactedSsTable;
 use lance_table::transaction::{
-    DataOverlayGroup, DataReplacementGroup, Operation, RewriteGroup, RewrittenIndex, UpdateMap,
-    UpdateMapEntry, UpdateMode, UpdatedFragmentOffsets,
+    DataOverlayGroup, DataReplacementGroup, Operation, RewriteGroup, RewrittenIndex, UpdateMap, UpdateMapEntry,
+    UpdateMode, UpdatedFragmentOffsets,
 };
 use proptest::collection::{btree_map, btree_set, hash_map, hash_set, vec};
 use proptest::option;
@@ -60,17 +58,10 @@ fn arb_string_map() -> impl Strategy<Value = HashMap<String, String>> {
 }
 
 fn arb_update_map() -> impl Strategy<Value = UpdateMap> {
-    (
-        btree_map("[a-z]{1,6}", option::of("[ -~]{0,10}"), 0..4),
-        any::<bool>(),
-    )
-        .prop_map(|(entries, replace)| UpdateMap {
-            update_entries: entries
-                .into_iter()
-                .map(|(key, value)| UpdateMapEntry { key, value })
-                .collect(),
-            replace,
-        })
+    (btree_map("[a-z]{1,6}", option::of("[ -~]{0,10}"), 0..4), any::<bool>()).prop_map(|(entries, replace)| UpdateMap {
+        update_entries: entries.into_iter().map(|(key, value)| UpdateMapEntry { key, value }).collect(),
+        replace,
+    })
 }
 
 pub fn arb_any() -> impl Strategy<Value = prost_types::Any> {
@@ -83,61 +74,34 @@ pub fn arb_any() -> impl Strategy<Value = prost_types::Any> {
         ]),
         vec(any::<u8>(), 0..16),
     )
-        .prop_map(|(type_url, value)| prost_types::Any {
-            type_url: type_url.to_string(),
-            value,
-        })
+        .prop_map(|(type_url, value)| prost_types::Any { type_url: type_url.to_string(), value })
 }
 
 pub fn arb_base_path() -> impl Strategy<Value = BasePath> {
-    (
-        1u32..64,
-        option::of("[a-z]{1,6}"),
-        any::<bool>(),
-        "[a-z]{1,8}",
-    )
-        .prop_map(|(id, name, is_root, dir)| {
-            BasePath::new(id, format!("s3://bucket/{dir}"), name, is_root)
-        })
+    (1u32..64, option::of("[a-z]{1,6}"), any::<bool>(), "[a-z]{1,8}")
+        .prop_map(|(id, name, is_root, dir)| BasePath::new(id, format!("s3://bucket/{dir}"), name, is_root))
 }
 
 pub fn arb_compacted_sstable() -> impl Strategy<Value = CompactedSsTable> {
-    (arb_uuid(), any::<u64>()).prop_map(|(shard_id, generation)| CompactedSsTable {
-        shard_id,
-        generation,
-    })
+    (arb_uuid(), any::<u64>()).prop_map(|(shard_id, generation)| CompactedSsTable { shard_id, generation })
 }
 
 /// Lance's bloom filter (what its merge-insert writer builds) or an exact hash set.
 pub fn arb_key_filter() -> impl Strategy<Value = KeyExistenceFilter> {
     let field_ids = btree_set(0i32..6, 1..3).prop_map(|s| s.into_iter().collect::<Vec<_>>());
     prop_oneof![
-        (
-            field_ids.clone(),
-            vec(any::<i64>(), 0..12),
-            vec("[a-z]{1,8}", 0..6)
-        )
-            .prop_map(|(fids, ints, strings)| {
-                let mut builder = KeyExistenceFilterBuilder::new(fids);
-                for k in ints {
-                    builder.insert(KeyValue::Int64(k)).expect("insert");
-                }
-                for s in strings {
-                    builder
-                        .insert(KeyValue::Composite(vec![
-                            KeyValue::String(s),
-                            KeyValue::UInt64(7),
-                        ]))
-                        .expect("insert");
-                }
-                builder.build()
-            }),
-        (field_ids, hash_set(any::<u64>(), 0..12)).prop_map(|(field_ids, hashes)| {
-            KeyExistenceFilter {
-                field_ids,
-                filter: FilterType::ExactSet(hashes),
+        (field_ids.clone(), vec(any::<i64>(), 0..12), vec("[a-z]{1,8}", 0..6)).prop_map(|(fids, ints, strings)| {
+            let mut builder = KeyExistenceFilterBuilder::new(fids);
+            for k in ints {
+                builder.insert(KeyValue::Int64(k)).expect("insert");
             }
+            for s in strings {
+                builder.insert(KeyValue::Composite(vec![KeyValue::String(s), KeyValue::UInt64(7)])).expect("insert");
+            }
+            builder.build()
         }),
+        (field_ids, hash_set(any::<u64>(), 0..12))
+            .prop_map(|(field_ids, hashes)| { KeyExistenceFilter { field_ids, filter: FilterType::ExactSet(hashes) } }),
     ]
 }
 
@@ -156,11 +120,7 @@ pub fn arb_data_file() -> impl Strategy<Value = DataFile> {
     (
         "[a-f0-9]{8}",
         btree_set(0i32..12, 1..4),
-        prop_oneof![
-            Just(FileFormat::Legacy),
-            Just(FileFormat::V2_0),
-            Just(FileFormat::V2_1)
-        ],
+        prop_oneof![Just(FileFormat::Legacy), Just(FileFormat::V2_0), Just(FileFormat::V2_1)],
         option::of(1u64..(1 << 40)),
         option::of(0u32..4),
         any::<bool>(),
@@ -170,9 +130,7 @@ pub fn arb_data_file() -> impl Strategy<Value = DataFile> {
             let mut fields: Vec<i32> = fields.into_iter().collect();
             let size = size.and_then(NonZero::new);
             match format {
-                FileFormat::Legacy => {
-                    DataFile::new(path, fields, vec![], ConcreteFileVersion::V1, size, base_id)
-                }
+                FileFormat::Legacy => DataFile::new(path, fields, vec![], ConcreteFileVersion::V1, size, base_id),
                 FileFormat::V2_0 | FileFormat::V2_1 => {
                     let mut column_indices: Vec<i32> = (0..fields.len() as i32).collect();
                     // A column rewrite tombstones the old column in place.
@@ -192,57 +150,33 @@ pub fn arb_data_file() -> impl Strategy<Value = DataFile> {
 }
 
 pub fn arb_deletion_file() -> impl Strategy<Value = DeletionFile> {
-    (
-        1u64..1000,
-        any::<u64>(),
-        any::<bool>(),
-        option::of(1usize..500),
-        option::of(0u32..4),
+    (1u64..1000, any::<u64>(), any::<bool>(), option::of(1usize..500), option::of(0u32..4)).prop_map(
+        |(read_version, id, bitmap, num_deleted_rows, base_id)| DeletionFile {
+            read_version,
+            id,
+            file_type: if bitmap { DeletionFileType::Bitmap } else { DeletionFileType::Array },
+            num_deleted_rows,
+            base_id,
+        },
     )
-        .prop_map(
-            |(read_version, id, bitmap, num_deleted_rows, base_id)| DeletionFile {
-                read_version,
-                id,
-                file_type: if bitmap {
-                    DeletionFileType::Bitmap
-                } else {
-                    DeletionFileType::Array
-                },
-                num_deleted_rows,
-                base_id,
-            },
-        )
 }
 
 /// An overlay file with one coverage bitmap per field it carries, or one shared bitmap.
 pub fn arb_overlay_file() -> impl Strategy<Value = DataOverlayFile> {
-    (
-        arb_data_file(),
-        arb_bitmap(4096, 20),
-        any::<bool>(),
-        0u64..50,
-    )
-        .prop_map(|(data_file, offsets, per_field, committed_version)| {
+    (arb_data_file(), arb_bitmap(4096, 20), any::<bool>(), 0u64..50).prop_map(
+        |(data_file, offsets, per_field, committed_version)| {
             let coverage = if per_field {
                 OverlayCoverage::sparse(
                     (0..data_file.fields.len())
-                        .map(|i| {
-                            offsets
-                                .iter()
-                                .filter(|o| (*o as usize + i).is_multiple_of(2))
-                                .collect()
-                        })
+                        .map(|i| offsets.iter().filter(|o| (*o as usize + i).is_multiple_of(2)).collect())
                         .collect(),
                 )
             } else {
                 OverlayCoverage::dense(offsets)
             };
-            DataOverlayFile {
-                data_file,
-                coverage,
-                committed_version,
-            }
-        })
+            DataOverlayFile { data_file, coverage, committed_version }
+        },
+    )
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -257,51 +191,39 @@ fn arb_fragment_body() -> impl Strategy<Value = Fragment> {
         vec(arb_data_file(), 1..3),
         vec(arb_overlay_file(), 0..2),
         option::of(1usize..5000),
-        prop_oneof![
-            Just(Lineage::None),
-            Just(Lineage::RowIds),
-            Just(Lineage::RowIdsAndVersions)
-        ],
+        prop_oneof![Just(Lineage::None), Just(Lineage::RowIds), Just(Lineage::RowIdsAndVersions)],
         0u64..(1 << 32),
         1u64..100,
     )
-        .prop_map(
-            |(files, mut overlays, physical_rows, lineage, row_id_start, version)| {
-                // Lance stores (and loads) a fragment's overlays newest-last.
-                overlays.sort_by_key(|o| o.committed_version);
-                let rows = physical_rows.unwrap_or(16) as u64;
-                let mut fragment = Fragment::new(0);
-                fragment.files = files;
-                fragment.overlays = overlays;
-                fragment.physical_rows = physical_rows;
-                if !matches!(lineage, Lineage::None) {
-                    let ids = RowIdSequence::from(row_id_start..row_id_start + rows);
-                    fragment.row_id_meta = Some(RowIdMeta::Inline(write_row_ids(&ids).into()));
-                }
-                if matches!(lineage, Lineage::RowIdsAndVersions) {
-                    let versions = RowDatasetVersionSequence::from_uniform_row_count(rows, version);
-                    let meta =
-                        RowDatasetVersionMeta::from_sequence(&versions).expect("inline versions");
-                    fragment.created_at_version_meta = Some(meta.clone());
-                    fragment.last_updated_at_version_meta = Some(meta);
-                }
-                fragment
-            },
-        )
+        .prop_map(|(files, mut overlays, physical_rows, lineage, row_id_start, version)| {
+            // Lance stores (and loads) a fragment's overlays newest-last.
+            overlays.sort_by_key(|o| o.committed_version);
+            let rows = physical_rows.unwrap_or(16) as u64;
+            let mut fragment = Fragment::new(0);
+            fragment.files = files;
+            fragment.overlays = overlays;
+            fragment.physical_rows = physical_rows;
+            if !matches!(lineage, Lineage::None) {
+                let ids = RowIdSequence::from(row_id_start..row_id_start + rows);
+                fragment.row_id_meta = Some(RowIdMeta::Inline(write_row_ids(&ids).into()));
+            }
+            if matches!(lineage, Lineage::RowIdsAndVersions) {
+                let versions = RowDatasetVersionSequence::from_uniform_row_count(rows, version);
+                let meta = RowDatasetVersionMeta::from_sequence(&versions).expect("inline versions");
+                fragment.created_at_version_meta = Some(meta.clone());
+                fragment.last_updated_at_version_meta = Some(meta);
+            }
+            fragment
+        })
 }
 
 /// A fragment already in the table: a real id, maybe a deletion file.
 pub fn arb_existing_fragment() -> impl Strategy<Value = Fragment> {
-    (
-        0u64..64,
-        arb_fragment_body(),
-        option::of(arb_deletion_file()),
-    )
-        .prop_map(|(id, mut f, deletion_file)| {
-            f.id = id;
-            f.deletion_file = deletion_file;
-            f
-        })
+    (0u64..64, arb_fragment_body(), option::of(arb_deletion_file())).prop_map(|(id, mut f, deletion_file)| {
+        f.id = id;
+        f.deletion_file = deletion_file;
+        f
+    })
 }
 
 /// An existing fragment whose deletion vector was just written (a delete's post-image).
@@ -315,14 +237,10 @@ pub fn arb_deleted_from_fragment() -> impl Strategy<Value = Fragment> {
 
 /// A newly written fragment: id 0 (assigned at commit) or a reserved id, never a deletion file.
 pub fn arb_new_fragment() -> impl Strategy<Value = Fragment> {
-    (
-        prop_oneof![3 => Just(0u64), 1 => 64u64..128],
-        arb_fragment_body(),
-    )
-        .prop_map(|(id, mut f)| {
-            f.id = id;
-            f
-        })
+    (prop_oneof![3 => Just(0u64), 1 => 64u64..128], arb_fragment_body()).prop_map(|(id, mut f)| {
+        f.id = id;
+        f
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -336,11 +254,7 @@ fn arrow_field_pool() -> Vec<ArrowField> {
         ArrowField::new("name", DataType::Utf8, true),
         ArrowField::new("score", DataType::Float64, true),
         ArrowField::new("flag", DataType::Boolean, true),
-        ArrowField::new(
-            "vec",
-            DataType::FixedSizeList(item(DataType::Float32), 4),
-            true,
-        ),
+        ArrowField::new("vec", DataType::FixedSizeList(item(DataType::Float32), 4), true),
         ArrowField::new("tags", DataType::List(item(DataType::Utf8)), true),
         ArrowField::new(
             "s",
@@ -364,19 +278,12 @@ pub fn arb_schema() -> impl Strategy<Value = Schema> {
     )
         .prop_map(|(picks, field_meta, schema_meta, child_meta)| {
             let pool = arrow_field_pool();
-            let fields: Vec<ArrowField> = picks
-                .iter()
-                .map(|&i| pool[i].clone().with_metadata(field_meta[i].clone()))
-                .collect();
+            let fields: Vec<ArrowField> =
+                picks.iter().map(|&i| pool[i].clone().with_metadata(field_meta[i].clone())).collect();
             let arrow = ArrowSchema::new(fields).with_metadata(schema_meta);
             let mut schema = Schema::try_from(&arrow).expect("a valid arrow schema");
             // Metadata on a nested field too (Lance stores it per flattened field).
-            if child_meta
-                && let Some(child) = schema
-                    .fields
-                    .iter_mut()
-                    .find_map(|f| f.children.first_mut())
-            {
+            if child_meta && let Some(child) = schema.fields.iter_mut().find_map(|f| f.children.first_mut()) {
                 child.metadata.insert("child".into(), "meta".into());
             }
             schema
@@ -384,31 +291,14 @@ pub fn arb_schema() -> impl Strategy<Value = Schema> {
 }
 
 fn arb_index_file() -> impl Strategy<Value = IndexFile> {
-    ("[a-z]{1,8}", any::<u64>()).prop_map(|(p, size_bytes)| IndexFile {
-        path: format!("{p}.idx"),
-        size_bytes,
-    })
+    ("[a-z]{1,8}", any::<u64>()).prop_map(|(p, size_bytes)| IndexFile { path: format!("{p}.idx"), size_bytes })
 }
 
 pub fn arb_index() -> impl Strategy<Value = IndexMetadata> {
     (
-        (
-            arb_uuid(),
-            vec(0i32..10, 1..4),
-            any::<bool>(),
-            "[a-z_]{1,10}",
-            0u64..1000,
-        ),
-        (
-            option::of(arb_bitmap(200, 20)),
-            option::of(arb_any()),
-            0i32..3,
-        ),
-        (
-            option::of(1u64..2_000_000_000_000),
-            option::of(0u32..4),
-            option::of(vec(arb_index_file(), 1..3)),
-        ),
+        (arb_uuid(), vec(0i32..10, 1..4), any::<bool>(), "[a-z_]{1,10}", 0u64..1000),
+        (option::of(arb_bitmap(200, 20)), option::of(arb_any()), 0i32..3),
+        (option::of(1u64..2_000_000_000_000), option::of(0u32..4), option::of(vec(arb_index_file(), 1..3))),
     )
         .prop_map(
             |(
@@ -457,24 +347,15 @@ fn arb_frag_reuse_index() -> impl Strategy<Value = IndexMetadata> {
 }
 
 fn arb_rewritten_index() -> impl Strategy<Value = RewrittenIndex> {
-    (
-        arb_uuid(),
-        arb_uuid(),
-        arb_any(),
-        0u32..3,
-        option::of(vec(arb_index_file(), 1..3)),
+    (arb_uuid(), arb_uuid(), arb_any(), 0u32..3, option::of(vec(arb_index_file(), 1..3))).prop_map(
+        |(old_id, new_id, new_index_details, new_index_version, new_index_files)| RewrittenIndex {
+            old_id,
+            new_id,
+            new_index_details,
+            new_index_version,
+            new_index_files,
+        },
     )
-        .prop_map(
-            |(old_id, new_id, new_index_details, new_index_version, new_index_files)| {
-                RewrittenIndex {
-                    old_id,
-                    new_id,
-                    new_index_details,
-                    new_index_version,
-                    new_index_files,
-                }
-            },
-        )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -486,18 +367,13 @@ fn arb_append() -> impl Strategy<Value = Operation> {
 }
 
 fn arb_delete() -> impl Strategy<Value = Operation> {
-    (
-        vec(arb_deleted_from_fragment(), 0..3),
-        btree_set(0u64..64, 0..3),
-        "[a-z]{1,5} (=|<|>) [0-9]{1,3}",
+    (vec(arb_deleted_from_fragment(), 0..3), btree_set(0u64..64, 0..3), "[a-z]{1,5} (=|<|>) [0-9]{1,3}").prop_map(
+        |(updated_fragments, deleted, predicate)| Operation::Delete {
+            updated_fragments,
+            deleted_fragment_ids: deleted.into_iter().collect(),
+            predicate,
+        },
     )
-        .prop_map(
-            |(updated_fragments, deleted, predicate)| Operation::Delete {
-                updated_fragments,
-                deleted_fragment_ids: deleted.into_iter().collect(),
-                predicate,
-            },
-        )
 }
 
 fn arb_overwrite() -> impl Strategy<Value = Operation> {
@@ -507,94 +383,56 @@ fn arb_overwrite() -> impl Strategy<Value = Operation> {
         option::of(hash_map("[a-z.]{1,8}", "[ -~]{0,8}", 0..3)),
         option::of(vec(arb_base_path(), 0..3)),
     )
-        .prop_map(|(fragments, schema, config_upsert_values, initial_bases)| {
-            Operation::Overwrite {
-                fragments,
-                schema,
-                config_upsert_values,
-                initial_bases,
-            }
+        .prop_map(|(fragments, schema, config_upsert_values, initial_bases)| Operation::Overwrite {
+            fragments,
+            schema,
+            config_upsert_values,
+            initial_bases,
         })
 }
 
 fn arb_create_index() -> impl Strategy<Value = Operation> {
-    (vec(arb_index(), 0..3), vec(arb_index(), 0..3)).prop_map(|(new_indices, removed_indices)| {
-        Operation::CreateIndex {
-            new_indices,
-            removed_indices,
-        }
-    })
+    (vec(arb_index(), 0..3), vec(arb_index(), 0..3))
+        .prop_map(|(new_indices, removed_indices)| Operation::CreateIndex { new_indices, removed_indices })
 }
 
 fn arb_rewrite(with_frag_reuse: bool) -> impl Strategy<Value = Operation> {
-    let frag_reuse = if with_frag_reuse {
-        option::of(arb_frag_reuse_index()).boxed()
-    } else {
-        Just(None).boxed()
-    };
-    let group = (
-        vec(arb_existing_fragment(), 1..3),
-        vec(arb_new_fragment(), 1..3),
+    let frag_reuse = if with_frag_reuse { option::of(arb_frag_reuse_index()).boxed() } else { Just(None).boxed() };
+    let group = (vec(arb_existing_fragment(), 1..3), vec(arb_new_fragment(), 1..3))
+        .prop_map(|(old_fragments, new_fragments)| RewriteGroup { old_fragments, new_fragments });
+    (vec(group, 0..3), vec(arb_rewritten_index(), 0..2), frag_reuse).prop_map(
+        |(groups, rewritten_indices, frag_reuse_index)| Operation::Rewrite {
+            groups,
+            rewritten_indices,
+            frag_reuse_index,
+        },
     )
-        .prop_map(|(old_fragments, new_fragments)| RewriteGroup {
-            old_fragments,
-            new_fragments,
-        });
-    (
-        vec(group, 0..3),
-        vec(arb_rewritten_index(), 0..2),
-        frag_reuse,
-    )
-        .prop_map(
-            |(groups, rewritten_indices, frag_reuse_index)| Operation::Rewrite {
-                groups,
-                rewritten_indices,
-                frag_reuse_index,
-            },
-        )
 }
 
 fn arb_data_replacement() -> impl Strategy<Value = Operation> {
     vec((0u64..64, arb_data_file()), 0..3).prop_map(|groups| Operation::DataReplacement {
-        replacements: groups
-            .into_iter()
-            .map(|(id, file)| DataReplacementGroup(id, file))
-            .collect(),
+        replacements: groups.into_iter().map(|(id, file)| DataReplacementGroup(id, file)).collect(),
     })
 }
 
 fn arb_data_overlay() -> impl Strategy<Value = Operation> {
-    let group = (0u64..64, vec(arb_overlay_file(), 1..3)).prop_map(|(fragment_id, overlays)| {
-        DataOverlayGroup {
-            fragment_id,
-            overlays,
-        }
-    });
+    let group = (0u64..64, vec(arb_overlay_file(), 1..3))
+        .prop_map(|(fragment_id, overlays)| DataOverlayGroup { fragment_id, overlays });
     vec(group, 0..3).prop_map(|groups| Operation::DataOverlay { groups })
 }
 
 fn arb_merge() -> impl Strategy<Value = Operation> {
-    (
-        vec(arb_existing_fragment(), 0..3),
-        vec(arb_new_fragment(), 0..2),
-        arb_schema(),
-        any::<bool>(),
-    )
-        .prop_map(|(mut fragments, new, schema, preserves_nullability)| {
+    (vec(arb_existing_fragment(), 0..3), vec(arb_new_fragment(), 0..2), arb_schema(), any::<bool>()).prop_map(
+        |(mut fragments, new, schema, preserves_nullability)| {
             fragments.extend(new);
-            Operation::Merge {
-                fragments,
-                schema,
-                preserves_nullability,
-            }
-        })
+            Operation::Merge { fragments, schema, preserves_nullability }
+        },
+    )
 }
 
 fn arb_project() -> impl Strategy<Value = Operation> {
-    (arb_schema(), any::<bool>()).prop_map(|(schema, preserves_nullability)| Operation::Project {
-        schema,
-        preserves_nullability,
-    })
+    (arb_schema(), any::<bool>())
+        .prop_map(|(schema, preserves_nullability)| Operation::Project { schema, preserves_nullability })
 }
 
 /// The three `Update` families Lance 14 writers produce, plus column rewrites that name no
@@ -625,48 +463,20 @@ fn arb_update() -> impl Strategy<Value = Operation> {
             Just(UpdateFamily::LegacyColumnRewrite),
             Just(UpdateFamily::UnmodedColumnRewrite),
         ],
-        (
-            btree_set(0u64..64, 0..3),
-            vec(arb_existing_fragment(), 0..3),
-            vec(arb_new_fragment(), 0..3),
-        ),
-        (
-            btree_set(0u32..10, 1..3),
-            vec(arb_compacted_sstable(), 0..3),
-            btree_set(0u32..10, 0..5),
-        ),
-        (
-            option::of(arb_key_filter()),
-            any::<bool>(),
-            arb_bitmap(1000, 10),
-        ),
+        (btree_set(0u64..64, 0..3), vec(arb_existing_fragment(), 0..3), vec(arb_new_fragment(), 0..3)),
+        (btree_set(0u32..10, 1..3), vec(arb_compacted_sstable(), 0..3), btree_set(0u32..10, 0..5)),
+        (option::of(arb_key_filter()), any::<bool>(), arb_bitmap(1000, 10)),
     )
         .prop_map(
-            |(
-                family,
-                (removed, updated, new),
-                (fields, compacted, preserving),
-                (filter, with_offsets, offsets),
-            )| {
+            |(family, (removed, updated, new), (fields, compacted, preserving), (filter, with_offsets, offsets))| {
                 let fields: Vec<u32> = fields.into_iter().collect();
                 let preserving: Vec<u32> = preserving.into_iter().collect();
                 let offsets_of = |frags: &[Fragment]| {
-                    UpdatedFragmentOffsets(
-                        frags
-                            .iter()
-                            .map(|f| (f.id, offsets.clone()))
-                            .collect::<HashMap<_, _>>(),
-                    )
+                    UpdatedFragmentOffsets(frags.iter().map(|f| (f.id, offsets.clone())).collect::<HashMap<_, _>>())
                 };
                 let (removed, fields_modified, preserving, mode, offsets) = match family {
                     UpdateFamily::NoMode => (removed, vec![], preserving, None, None),
-                    UpdateFamily::RewriteRows => (
-                        removed,
-                        vec![],
-                        preserving,
-                        Some(UpdateMode::RewriteRows),
-                        None,
-                    ),
+                    UpdateFamily::RewriteRows => (removed, vec![], preserving, Some(UpdateMode::RewriteRows), None),
                     UpdateFamily::RewriteColumns => (
                         BTreeSet::new(),
                         fields,
@@ -674,16 +484,10 @@ fn arb_update() -> impl Strategy<Value = Operation> {
                         Some(UpdateMode::RewriteColumns),
                         with_offsets.then(|| offsets_of(&updated)),
                     ),
-                    UpdateFamily::LegacyColumnRewrite => (
-                        BTreeSet::new(),
-                        fields,
-                        vec![],
-                        Some(UpdateMode::RewriteRows),
-                        None,
-                    ),
-                    UpdateFamily::UnmodedColumnRewrite => {
-                        (BTreeSet::new(), fields, vec![], None, None)
+                    UpdateFamily::LegacyColumnRewrite => {
+                        (BTreeSet::new(), fields, vec![], Some(UpdateMode::RewriteRows), None)
                     }
+                    UpdateFamily::UnmodedColumnRewrite => (BTreeSet::new(), fields, vec![], None, None),
                 };
                 Operation::Update {
                     removed_fragment_ids: removed.into_iter().collect(),
@@ -707,40 +511,26 @@ fn arb_update_config() -> impl Strategy<Value = Operation> {
         option::of(arb_update_map()),
         hash_map(0i32..10, arb_update_map(), 0..4),
     )
-        .prop_map(
-            |(
+        .prop_map(|(config_updates, table_metadata_updates, schema_metadata_updates, field_metadata_updates)| {
+            Operation::UpdateConfig {
                 config_updates,
                 table_metadata_updates,
                 schema_metadata_updates,
                 field_metadata_updates,
-            )| {
-                Operation::UpdateConfig {
-                    config_updates,
-                    table_metadata_updates,
-                    schema_metadata_updates,
-                    field_metadata_updates,
-                }
-            },
-        )
+            }
+        })
 }
 
 fn arb_clone() -> impl Strategy<Value = Operation> {
-    (
-        any::<bool>(),
-        option::of("[a-z]{1,6}"),
-        any::<u64>(),
-        "[a-z/]{1,12}",
-        option::of("[a-z]{1,6}"),
+    (any::<bool>(), option::of("[a-z]{1,6}"), any::<u64>(), "[a-z/]{1,12}", option::of("[a-z]{1,6}")).prop_map(
+        |(is_shallow, ref_name, ref_version, ref_path, branch_name)| Operation::Clone {
+            is_shallow,
+            ref_name,
+            ref_version,
+            ref_path: format!("s3://bucket/{ref_path}"),
+            branch_name,
+        },
     )
-        .prop_map(
-            |(is_shallow, ref_name, ref_version, ref_path, branch_name)| Operation::Clone {
-                is_shallow,
-                ref_name,
-                ref_version,
-                ref_path: format!("s3://bucket/{ref_path}"),
-                branch_name,
-            },
-        )
 }
 
 /// Every Lance 14.0.2 operation except `Unknown` (which only lance-table can construct).
@@ -755,12 +545,8 @@ pub fn arb_operation_with(with_frag_reuse: bool) -> BoxedStrategy<Operation> {
         arb_data_replacement().boxed(),
         arb_data_overlay().boxed(),
         arb_merge().boxed(),
-        any::<u64>()
-            .prop_map(|version| Operation::Restore { version })
-            .boxed(),
-        any::<u32>()
-            .prop_map(|num_fragments| Operation::ReserveFragments { num_fragments })
-            .boxed(),
+        any::<u64>().prop_map(|version| Operation::Restore { version }).boxed(),
+        any::<u32>().prop_map(|num_fragments| Operation::ReserveFragments { num_fragments }).boxed(),
         // Update has the most shapes; weigh it up.
         arb_update().boxed(),
         arb_update().boxed(),
@@ -770,9 +556,7 @@ pub fn arb_operation_with(with_frag_reuse: bool) -> BoxedStrategy<Operation> {
             .prop_map(|compacted_sstables| Operation::UpdateMemWalState { compacted_sstables })
             .boxed(),
         arb_clone().boxed(),
-        vec(arb_base_path(), 0..3)
-            .prop_map(|new_bases| Operation::UpdateBases { new_bases })
-            .boxed(),
+        vec(arb_base_path(), 0..3).prop_map(|new_bases| Operation::UpdateBases { new_bases }).boxed(),
     ]
     .boxed()
 }
