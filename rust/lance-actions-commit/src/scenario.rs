@@ -20,12 +20,8 @@ use lance_actions::OperationKind;
 use lance_index::IndexType;
 use lance_index::scalar::ScalarIndexParams;
 use lance_select::RowAddrTreeMap;
-use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage};
-use lance_table::format::{BasePath, IndexMetadata};
-use lance_table::system_index::mem_wal::CompactedSsTable;
-use lance_table::transaction::{
-    DataOverlayGroup, DataReplacementGroup, RewriteGroup, UpdateMap, UpdateMapEntry, UpdateMode,
-};
+use lance_table::format::IndexMetadata;
+use lance_table::transaction::UpdateMode;
 use roaring::RoaringBitmap;
 use uuid::Uuid;
 
@@ -219,108 +215,10 @@ async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
 /// Operations built directly from the manifest, as their Lance writers build them.
 fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
     let m = ds.manifest();
-    let v = m.version;
-    let frag = |i: usize| m.fragments[i].clone();
-    let rewrite = |i: usize| {
-        let mut new = frag(i);
-        new.id = 0;
-        Operation::Rewrite {
-            groups: vec![RewriteGroup { old_fragments: vec![frag(i)], new_fragments: vec![new] }],
-            rewritten_indices: vec![],
-            frag_reuse_index: None,
-        }
-    };
-    // A new file for the same columns (as null-column population writes); Lance refuses a
-    // replacement that changes nothing.
-    let replace = |i: usize| {
-        let mut file = frag(i).files[0].clone();
-        file.path = format!("replacement-{i}.lance");
-        Operation::DataReplacement { replacements: vec![DataReplacementGroup(frag(i).id, file)] }
-    };
-    let overlay = |i: usize| {
-        let mut file = frag(i).files[0].clone();
-        file.path = format!("overlay-{i}.lance");
-        file.fields = Arc::from(vec![1]);
-        file.column_indices = Arc::from(vec![0]);
-        let coverage = OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1]));
-        Operation::DataOverlay {
-            groups: vec![DataOverlayGroup {
-                fragment_id: frag(i).id,
-                overlays: vec![DataOverlayFile { data_file: file, coverage, committed_version: 0 }],
-            }],
-        }
-    };
-    let merge = |preserves_nullability| Operation::Merge {
-        fragments: m.fragments.to_vec(),
-        schema: m.schema.clone(),
-        preserves_nullability,
-    };
-    let config = |c: Option<(&str, &str)>, t: Option<(&str, &str)>, s: Option<(&str, &str)>, f: Option<(i32, &str)>| {
-        let map = |kv: (&str, &str)| UpdateMap {
-            update_entries: vec![UpdateMapEntry { key: kv.0.into(), value: Some(kv.1.into()) }],
-            replace: false,
-        };
-        Operation::UpdateConfig {
-            config_updates: c.map(map),
-            table_metadata_updates: t.map(map),
-            schema_metadata_updates: s.map(map),
-            field_metadata_updates: f.map(|(id, k)| HashMap::from([(id, map((k, "x")))])).unwrap_or_default(),
-        }
-    };
-    let memwal = |shard: u128, generation| Operation::UpdateMemWalState {
-        compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }],
-    };
-    let base = |name: &str| Operation::UpdateBases {
-        new_bases: vec![BasePath {
-            id: 0,
-            name: Some(name.into()),
-            is_dataset_root: false,
-            path: format!("/tmp/lance-actions-sample/{name}"),
-        }],
-    };
-    let dropped = m.schema.project(&["id", "v"]).unwrap_or_else(|_| m.schema.clone());
-    use OperationKind as K;
-    vec![
-        staged(K::Rewrite, "frag0", v, rewrite(0)),
-        staged(K::Rewrite, "frag2", v, rewrite(2)),
-        staged(K::DataReplacement, "frag0", v, replace(0)),
-        staged(K::DataReplacement, "frag2", v, replace(2)),
-        staged(K::DataOverlay, "frag0-v", v, overlay(0)),
-        staged(K::DataOverlay, "frag2-v", v, overlay(2)),
-        staged(K::Merge, "preserving", v, merge(true)),
-        staged(K::Merge, "nullability", v, merge(false)),
-        staged(K::Restore, "base", v, Operation::Restore { version: v }),
-        staged(K::ReserveFragments, "two", v, Operation::ReserveFragments { num_fragments: 2 }),
-        staged(K::Project, "drop-s", v, Operation::Project { schema: dropped, preserves_nullability: true }),
-        staged(
-            K::Project,
-            "nullability",
-            v,
-            Operation::Project { schema: m.schema.clone(), preserves_nullability: false },
-        ),
-        staged(K::UpdateConfig, "config-k1", v, config(Some(("k1", "b")), None, None, None)),
-        staged(K::UpdateConfig, "config-k2", v, config(Some(("k2", "b")), None, None, None)),
-        staged(K::UpdateConfig, "table-t1", v, config(None, Some(("t1", "b")), None, None)),
-        staged(K::UpdateConfig, "schema-m1", v, config(None, None, Some(("m1", "b")), None)),
-        staged(K::UpdateConfig, "field1-f1", v, config(None, None, None, Some((1, "f1")))),
-        staged(K::UpdateMemWalState, "shardA-gen1", v, memwal(1, 1)),
-        staged(K::UpdateMemWalState, "shardA-gen2", v, memwal(1, 2)),
-        staged(K::UpdateMemWalState, "shardB-gen1", v, memwal(2, 1)),
-        staged(
-            K::Clone,
-            "branch",
-            v,
-            Operation::Clone {
-                is_shallow: true,
-                ref_name: None,
-                ref_version: v,
-                ref_path: "/tmp/lance-actions-sample/source".into(),
-                branch_name: Some("b".into()),
-            },
-        ),
-        staged(K::UpdateBases, "b1", v, base("b1")),
-        staged(K::UpdateBases, "b2", v, base("b2")),
-    ]
+    lance_actions::samples::manifest_edits(&m.fragments, &m.schema, m.version)
+        .into_iter()
+        .map(|(kind, variant, op)| staged(kind, variant, m.version, op))
+        .collect()
 }
 
 /// A keyed upsert (merge-insert on the primary key): Lance attaches its key filter.

@@ -13,13 +13,8 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field as ArrowField, Schema as ArrowSchema};
 use lance_core::datatypes::Schema;
 use lance_table::format::key_existence::KeyExistenceFilter;
-use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage};
-use lance_table::format::{BasePath, DataFile, DeletionFile, DeletionFileType, Fragment, IndexMetadata};
-use lance_table::system_index::mem_wal::CompactedSsTable;
-use lance_table::transaction::{
-    DataOverlayGroup, DataReplacementGroup, Operation, RewriteGroup, UpdateMap, UpdateMapEntry, UpdateMode,
-};
-use roaring::RoaringBitmap;
+use lance_table::format::{DataFile, DeletionFile, DeletionFileType, Fragment, IndexMetadata};
+use lance_table::transaction::{Operation, UpdateMode};
 use uuid::Uuid;
 
 use crate::action::{Action, ActionKind, AnyAction, NoFacts, PeerAction, RebaseCx};
@@ -28,6 +23,7 @@ use crate::actions::opaque::Opaque;
 use crate::context::{OperationKind, TxnContext};
 use crate::driver::{Inputs, Peer, resolve};
 use crate::keys::{InsertedKeys, KeyHashSet};
+use crate::samples::manifest_edits;
 use crate::state::TableState;
 use crate::translate::lift;
 use crate::txn::ActionTxn;
@@ -116,10 +112,6 @@ pub fn sample_state() -> TableState {
     state
 }
 
-fn update_map(key: &str) -> UpdateMap {
-    UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }], replace: false }
-}
-
 fn lifted(kind: OperationKind, variant: &'static str, op: Operation) -> Sample {
     Sample { kind, variant, txn: lift(&op) }
 }
@@ -187,44 +179,28 @@ fn row_update(variant: &'static str, id: u64, row: u32) -> Sample {
 pub fn samples() -> Vec<Sample> {
     use OperationKind as K;
     let schema = sample_schema();
-    let rewrite = |id: u64| Operation::Rewrite {
-        groups: vec![RewriteGroup { old_fragments: vec![fragment(id)], new_fragments: vec![fragment(0)] }],
-        rewritten_indices: vec![],
-        frag_reuse_index: None,
+    let overwrite = |config: Option<HashMap<String, String>>| Operation::Overwrite {
+        fragments: vec![fragment(0)],
+        schema: schema.clone(),
+        config_upsert_values: config,
+        initial_bases: None,
     };
-    let replace = |id: u64| Operation::DataReplacement {
-        replacements: vec![DataReplacementGroup(id, data_file("r.lance", vec![0, 1, 2]))],
+    let create_index = |new: Vec<IndexMetadata>, removed: Vec<IndexMetadata>| Operation::CreateIndex {
+        new_indices: new,
+        removed_indices: removed,
     };
-    let overlay = |id: u64| Operation::DataOverlay {
-        groups: vec![DataOverlayGroup {
-            fragment_id: id,
-            overlays: vec![DataOverlayFile {
-                data_file: data_file("o.lance", vec![1]),
-                coverage: OverlayCoverage::dense(RoaringBitmap::from_iter([0u32, 1])),
-                committed_version: 0,
-            }],
-        }],
+    let rewrite_columns = Operation::Update {
+        removed_fragment_ids: vec![],
+        updated_fragments: vec![fragment(3)],
+        new_fragments: vec![],
+        fields_modified: vec![1],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: Some(UpdateMode::RewriteColumns),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
     };
-    let config = |c: Option<&str>, t: Option<&str>, s: Option<&str>, f: Option<i32>| Operation::UpdateConfig {
-        config_updates: c.map(update_map),
-        table_metadata_updates: t.map(update_map),
-        schema_metadata_updates: s.map(update_map),
-        field_metadata_updates: f.map(|id| HashMap::from([(id, update_map("f1"))])).unwrap_or_default(),
-    };
-    let memwal = |shard: u128, generation| Operation::UpdateMemWalState {
-        compacted_sstables: vec![CompactedSsTable { shard_id: Uuid::from_u128(shard), generation }],
-    };
-    let bases = |name: &str| Operation::UpdateBases {
-        new_bases: vec![BasePath {
-            id: 0,
-            name: Some(name.into()),
-            is_dataset_root: false,
-            path: format!("/b/{name}"),
-        }],
-    };
-    let dropped = schema.project(&["id", "v"]).unwrap_or_else(|_| schema.clone());
-    let all: Vec<Fragment> = (0..FRAGMENTS).map(fragment).collect();
-    vec![
+    let mut out = vec![
         lifted(K::Append, "new-keys", Operation::Append { fragments: vec![fragment(0)] }),
         delete_rows("frag0-rows01", 0, &[0, 1]),
         delete_rows("frag0-rows45", 0, &[4, 5]),
@@ -234,116 +210,27 @@ pub fn samples() -> Vec<Sample> {
             "frag0-all",
             Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: vec![0], predicate: String::new() },
         ),
-        lifted(
-            K::Overwrite,
-            "plain",
-            Operation::Overwrite {
-                fragments: vec![fragment(0)],
-                schema: schema.clone(),
-                config_upsert_values: None,
-                initial_bases: None,
-            },
-        ),
-        lifted(
-            K::Overwrite,
-            "config-k1",
-            Operation::Overwrite {
-                fragments: vec![fragment(0)],
-                schema: schema.clone(),
-                config_upsert_values: Some(HashMap::from([("k1".into(), "ow".into())])),
-                initial_bases: None,
-            },
-        ),
-        lifted(
-            K::CreateIndex,
-            "new-v",
-            Operation::CreateIndex { new_indices: vec![index("v_idx", 1, 2)], removed_indices: vec![] },
-        ),
-        lifted(
-            K::CreateIndex,
-            "new-s",
-            Operation::CreateIndex { new_indices: vec![index("s_idx", 2, 3)], removed_indices: vec![] },
-        ),
-        lifted(
-            K::CreateIndex,
-            "replace-id",
-            Operation::CreateIndex {
-                new_indices: vec![index("id_idx", 0, 4)],
-                removed_indices: vec![index("id_idx", 0, 1)],
-            },
-        ),
-        lifted(
-            K::CreateIndex,
-            "drop-id",
-            Operation::CreateIndex { new_indices: vec![], removed_indices: vec![index("id_idx", 0, 1)] },
-        ),
-        lifted(K::Rewrite, "frag0", rewrite(0)),
-        lifted(K::Rewrite, "frag2", rewrite(2)),
-        lifted(K::DataReplacement, "frag0", replace(0)),
-        lifted(K::DataReplacement, "frag2", replace(2)),
-        lifted(K::DataOverlay, "frag0-v", overlay(0)),
-        lifted(K::DataOverlay, "frag2-v", overlay(2)),
-        lifted(
-            K::Merge,
-            "preserving",
-            Operation::Merge { fragments: all.clone(), schema: schema.clone(), preserves_nullability: true },
-        ),
-        lifted(
-            K::Merge,
-            "nullability",
-            Operation::Merge { fragments: all, schema: schema.clone(), preserves_nullability: false },
-        ),
-        lifted(K::Restore, "base", Operation::Restore { version: 1 }),
-        lifted(K::ReserveFragments, "two", Operation::ReserveFragments { num_fragments: 2 }),
+        lifted(K::Overwrite, "plain", overwrite(None)),
+        lifted(K::Overwrite, "config-k1", overwrite(Some(HashMap::from([("k1".into(), "ow".into())])))),
+        lifted(K::CreateIndex, "new-v", create_index(vec![index("v_idx", 1, 2)], vec![])),
+        lifted(K::CreateIndex, "new-s", create_index(vec![index("s_idx", 2, 3)], vec![])),
+        lifted(K::CreateIndex, "replace-id", create_index(vec![index("id_idx", 0, 4)], vec![index("id_idx", 0, 1)])),
+        lifted(K::CreateIndex, "drop-id", create_index(vec![], vec![index("id_idx", 0, 1)])),
         upsert("upsert-0-new200", 0, 0, &[200]),
         upsert("upsert-9-new200", 1, 1, &[200]),
         upsert("upsert-10-new300", 1, 2, &[300]),
         row_update("move-row2", 0, 2),
-        lifted(
-            K::Update,
-            "rewrite-columns-v",
-            Operation::Update {
-                removed_fragment_ids: vec![],
-                updated_fragments: vec![fragment(3)],
-                new_fragments: vec![],
-                fields_modified: vec![1],
-                compacted_sstables: vec![],
-                fields_for_preserving_frag_bitmap: vec![],
-                update_mode: Some(UpdateMode::RewriteColumns),
-                inserted_rows_filter: None,
-                updated_fragment_offsets: None,
-            },
-        ),
+        lifted(K::Update, "rewrite-columns-v", rewrite_columns),
         row_update("move-row12", 1, 4),
-        lifted(K::Project, "drop-s", Operation::Project { schema: dropped, preserves_nullability: true }),
-        lifted(K::Project, "nullability", Operation::Project { schema: schema.clone(), preserves_nullability: false }),
-        lifted(K::UpdateConfig, "config-k1", config(Some("k1"), None, None, None)),
-        lifted(K::UpdateConfig, "config-k2", config(Some("k2"), None, None, None)),
-        lifted(K::UpdateConfig, "table-t1", config(None, Some("t1"), None, None)),
-        lifted(K::UpdateConfig, "schema-m1", config(None, None, Some("m1"), None)),
-        lifted(K::UpdateConfig, "field1-f1", config(None, None, None, Some(1))),
-        lifted(K::UpdateMemWalState, "shardA-gen1", memwal(1, 1)),
-        lifted(K::UpdateMemWalState, "shardA-gen2", memwal(1, 2)),
-        lifted(K::UpdateMemWalState, "shardB-gen1", memwal(2, 1)),
-        lifted(
-            K::Clone,
-            "branch",
-            Operation::Clone {
-                is_shallow: true,
-                ref_name: None,
-                ref_version: 1,
-                ref_path: "/src".into(),
-                branch_name: Some("b".into()),
-            },
-        ),
-        lifted(K::UpdateBases, "b1", bases("b1")),
-        lifted(K::UpdateBases, "b2", bases("b2")),
-        Sample {
-            kind: K::Unknown,
-            variant: "future",
-            txn: ActionTxn::new(K::Unknown, vec![Opaque { description: "unknown".into() }.into()]),
-        },
-    ]
+    ];
+    let fragments: Vec<Fragment> = (0..FRAGMENTS).map(fragment).collect();
+    out.extend(manifest_edits(&fragments, &schema, 1).into_iter().map(|(kind, variant, op)| lifted(kind, variant, op)));
+    out.push(Sample {
+        kind: K::Unknown,
+        variant: "future",
+        txn: ActionTxn::new(K::Unknown, vec![Opaque { description: "unknown".into() }.into()]),
+    });
+    out
 }
 
 /// Lance's legend for a set of verdict labels.
