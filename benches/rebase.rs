@@ -156,7 +156,7 @@ async fn measure(ds: &Arc<Dataset>, shape: &Shape, target: Duration) -> (f64, f6
         ((1, 12), RoaringBitmap::from_iter([1u32])),
     ]));
     let v = ds.manifest().version + 1;
-    let peers = [Peer { version: v, txn: lift(&shape.peer.operation) }];
+    let peers = [Peer::new(v, lift(&shape.peer.operation))];
     // Rebase adjusts payloads idempotently, so re-judging the same transaction in place is the
     // steady-state cost of one (peer x transaction) check.
     let resolve_ns = median_ns(
@@ -170,7 +170,7 @@ async fn measure(ds: &Arc<Dataset>, shape: &Shape, target: Duration) -> (f64, f6
     );
     let lift_resolve_ns = median_ns(
         || {
-            let peers = [Peer { version: v, txn: lift(&shape.peer.operation) }];
+            let peers = [Peer::new(v, lift(&shape.peer.operation))];
             std::hint::black_box(resolve_in_place(
                 &mut ours,
                 &Inputs { base: &base, head: None, peers: &peers, facts: &facts },

@@ -43,7 +43,7 @@ pub fn peers_of(committed: &[(u64, Transaction)]) -> Result<Vec<Peer>> {
         .iter()
         .map(|(version, txn)| {
             actions_of(txn)
-                .map(|t| Peer { version: *version, txn: t })
+                .map(|t| Peer::new(*version, t))
                 .map_err(|source| Error::PeerActions { version: *version, source })
         })
         .collect()

@@ -17,11 +17,20 @@ use crate::state::TableState;
 use crate::txn::ActionTxn;
 use crate::verdict::{Reason, Rule, Verdict};
 
-/// A transaction committed after our read version.
+/// A transaction committed after our read version, with its write masks computed once (a peer is
+/// judged against every attempt of every concurrent writer; its masks never change).
 #[derive(Debug, Clone)]
 pub struct Peer {
     pub version: u64,
     pub txn: ActionTxn,
+    writes: Vec<Mask>,
+}
+
+impl Peer {
+    pub fn new(version: u64, txn: ActionTxn) -> Self {
+        let writes = txn.actions.iter().map(Action::writes).collect();
+        Self { version, txn, writes }
+    }
 }
 
 /// What the driver decided about one peer.
@@ -126,7 +135,6 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 
 /// Screen and rebase all of our actions against one committed peer.
 fn check_peer(txn: &mut ActionTxn, masks: &[Mask], inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
-    let peer_writes: Vec<Mask> = peer.txn.actions.iter().map(Action::writes).collect();
     let resets = txn.resets_baseline();
     let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
     let cx = RebaseCx { base: inputs.base, ours: &txn.context, facts: inputs.facts };
@@ -135,7 +143,7 @@ fn check_peer(txn: &mut ActionTxn, masks: &[Mask], inputs: &Inputs<'_>, peer: &P
         if resets && !judged_under_reset(action.kind()) {
             continue;
         }
-        let overlaps = overlapping_peer_actions(ours_mask, peer, &peer_writes, cx.ours.shell);
+        let overlaps = overlapping_peer_actions(ours_mask, peer, cx.ours.shell);
         if overlaps.is_empty() {
             continue;
         }
@@ -172,11 +180,10 @@ fn memwal_vs_reset(ours: &ActionTxn, peer: &Peer) -> Verdict {
 fn overlapping_peer_actions<'a>(
     ours: &'a Mask,
     peer: &'a Peer,
-    peer_writes: &'a [Mask],
     our_shell: crate::context::OperationKind,
 ) -> Vec<PeerAction<'a>> {
     let mut out = Vec::new();
-    for (action, written) in peer.txn.actions.iter().zip(peer_writes) {
+    for (action, written) in peer.txn.actions.iter().zip(&peer.writes) {
         for their_path in written.iter() {
             if let Some(our_path) = ours.iter().find(|p| p.overlaps(their_path)) {
                 out.push(PeerAction {

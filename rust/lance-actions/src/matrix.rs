@@ -254,7 +254,7 @@ pub fn operation_matrix() -> BTreeMap<(OperationKind, OperationKind), &'static s
     let mut cells: BTreeMap<(OperationKind, OperationKind), BTreeSet<&'static str>> = BTreeMap::new();
     for ours in &samples {
         for theirs in &samples {
-            let peers = [Peer { version: 2, txn: theirs.txn.clone() }];
+            let peers = [Peer::new(2, theirs.txn.clone())];
             let r = resolve(&ours.txn, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts });
             cells.entry((ours.kind, theirs.kind)).or_default().insert(r.verdict.label());
         }

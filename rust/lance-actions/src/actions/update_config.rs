@@ -168,7 +168,7 @@ mod tests {
 
     fn verdict(ours: &ActionTxn, theirs: &ActionTxn) -> &'static str {
         let base = TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
-        let peers = [Peer { version: 2, txn: theirs.clone() }];
+        let peers = [Peer::new(2, theirs.clone())];
         resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts }).verdict.label()
     }
 
