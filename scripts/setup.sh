@@ -8,3 +8,11 @@ if ! command -v protoc >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is required (https://rustup.rs)"; exit 1; }
+# pylance 14.0.2 in a private virtualenv, for the Python interop tests.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$root/python/.venv"
+if ! "$venv/bin/python" -c "import lance; assert lance.__version__ == '14.0.2'" >/dev/null 2>&1; then
+  echo "installing pylance 14.0.2 into python/.venv..."
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "pylance==14.0.2"
+fi

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+export LANCE_ACTIONS_PYTHON="$PWD/python/.venv/bin/python"
 cargo test --workspace --locked "$@"

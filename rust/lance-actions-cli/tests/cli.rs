@@ -144,3 +144,40 @@ async fn log_shows_writer_actions_and_verdict_history() {
     assert!(out.contains("attempt: head v3: 0 peer(s), ok"), "{out}");
     assert!(out.contains("v1  Overwrite") && out.contains("written by lance"), "{out}");
 }
+
+/// The Python with pylance 14.0.2 that `scripts/test.sh` prepares; unset when cargo runs alone.
+fn pylance() -> Option<String> {
+    let python = std::env::var("LANCE_ACTIONS_PYTHON").ok()?;
+    let ok = Command::new(&python).args(["-c", "import lance; assert lance.__version__ == '14.0.2'"]).status();
+    assert!(ok.is_ok_and(|s| s.success()), "LANCE_ACTIONS_PYTHON={python} has no pylance 14.0.2");
+    Some(python)
+}
+
+#[tokio::test]
+async fn datasets_written_by_pylance_are_explained_judged_and_committed_to() {
+    use lance_actions_commit::DatasetActionsExt;
+    let Some(python) = pylance() else {
+        eprintln!("skipped: LANCE_ACTIONS_PYTHON is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("py").to_str().expect("utf-8").to_string();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/python/write_with_pylance.py");
+    let out = Command::new(&python).args([script, &uri]).output().expect("run pylance");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, text, err) = run(&["explain", &uri]);
+    assert!(ok, "{err}");
+    for expected in ["v1: Overwrite", "v2: Append", "v3: Delete", "UpdateDeletionVector(fragment 0", "v4: CreateIndex"]
+    {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+    // Our driver commits onto the pylance-written table, and pylance reads the result.
+    let ds = Arc::new(lance::Dataset::open(&uri).await.expect("open"));
+    let staged = stage_delete(&ds, "rust", "id = 5").await.expect("stage");
+    let (landed, _) = ds.action_commit().execute(staged.txn).await.expect("commit");
+    let read_back = format!("import lance; d = lance.dataset({uri:?}); print(d.count_rows(), d.version)");
+    let out = Command::new(&python).args(["-c", &read_back]).output().expect("pylance reads back");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("15 {}", landed.manifest().version));
+    let (ok, log, _) = run(&["log", &uri]);
+    assert!(ok && log.lines().next().is_some_and(|l| l.ends_with("written by lance-actions")), "{log}");
+}
