@@ -185,9 +185,16 @@ impl ActionCommit {
                 tokio::time::sleep(self.backoff(attempt)).await;
             }
             let started = Instant::now();
-            let mut latest = (*self.dataset).clone();
-            latest.checkout_latest().await.map_err(lance_err("reading the latest version"))?;
-            let latest = Arc::new(latest);
+            // A version listing is cheaper than reading the head's manifest; skip the read when the
+            // head is still the version we read (the uncontended case).
+            let head_id = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
+            let latest = if head_id == at_read.manifest().version {
+                at_read.clone()
+            } else {
+                let mut latest = (*self.dataset).clone();
+                latest.checkout_latest().await.map_err(lance_err("reading the latest version"))?;
+                Arc::new(latest)
+            };
             let head = latest.manifest().version;
             let known = read_version + committed.len() as u64;
             committed.extend(committed_since(&latest, known).await?);
