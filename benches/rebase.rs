@@ -17,7 +17,7 @@ use lance::io::commit::conflict_resolver::TransactionRebase;
 use lance_actions::{Inputs, Peer, RebaseFacts, TableState, lift, resolve_in_place};
 use lance_actions_benches::median_ns;
 use lance_select::RowAddrTreeMap;
-use lance_table::format::{DeletionFile, DeletionFileType, Fragment, IndexMetadata};
+use lance_table::format::{DeletionFile, DeletionFileType, Fragment};
 use lance_table::transaction::UpdateMode;
 use roaring::RoaringBitmap;
 
@@ -89,19 +89,8 @@ fn append(ds: &Dataset) -> Transaction {
 }
 
 fn create_index(ds: &Dataset) -> Transaction {
-    let index = IndexMetadata {
-        uuid: uuid::Uuid::new_v4(),
-        fields: vec![1],
-        name: "v_idx".into(),
-        dataset_version: ds.manifest().version,
-        fragment_bitmap: Some(ds.manifest().fragments.iter().map(|f| f.id as u32).collect()),
-        index_details: None,
-        index_version: 0,
-        created_at: None,
-        base_id: None,
-        files: None,
-        covering_fields: vec![],
-    };
+    let fragments = ds.manifest().fragments.iter().map(|f| f.id as u32).collect();
+    let index = lance_actions::samples::index_on(uuid::Uuid::new_v4(), "v_idx", 1, ds.manifest().version, fragments);
     TransactionBuilder::new(
         ds.manifest().version,
         Operation::CreateIndex { new_indices: vec![index], removed_indices: vec![] },

@@ -5,6 +5,15 @@ use lance_actions_commit::history::actions_of;
 
 use crate::{CliResult, first_line, open};
 
+/// The transaction of version `v`, or why it cannot be shown.
+async fn transaction_of(ds: &lance::Dataset, v: u64) -> Result<lance::dataset::transaction::Transaction, String> {
+    match ds.read_transaction_by_version(v).await {
+        Ok(Some(t)) => Ok(t),
+        Ok(None) => Err("no transaction recorded (cleaned up)".into()),
+        Err(e) => Err(format!("transaction unreadable: {}", first_line(&e.to_string()))),
+    }
+}
+
 fn render_mask(mask: &Mask) -> String {
     if mask.is_empty() {
         return "-".into();
@@ -30,14 +39,10 @@ pub async fn run(uri: &str, version: Option<u64>) -> CliResult {
         None => (1..=latest).collect(),
     };
     for v in versions {
-        let txn = match ds.read_transaction_by_version(v).await {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                println!("v{v}: no transaction recorded (cleaned up)");
-                continue;
-            }
-            Err(e) => {
-                println!("v{v}: transaction unreadable: {}", first_line(&e.to_string()));
+        let txn = match transaction_of(&ds, v).await {
+            Ok(t) => t,
+            Err(why) => {
+                println!("v{v}: {why}");
                 continue;
             }
         };
@@ -65,14 +70,10 @@ pub async fn log(uri: &str) -> CliResult {
     let ds = open(uri).await?;
     let latest = ds.manifest().version;
     for v in (1..=latest).rev() {
-        let txn = match ds.read_transaction_by_version(v).await {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                println!("v{v}  (transaction cleaned up)");
-                continue;
-            }
-            Err(e) => {
-                println!("v{v}  (transaction unreadable: {})", first_line(&e.to_string()));
+        let txn = match transaction_of(&ds, v).await {
+            Ok(t) => t,
+            Err(why) => {
+                println!("v{v}  ({why})");
                 continue;
             }
         };

@@ -164,19 +164,7 @@ async fn stage_overwrites(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
 
 fn index_on(ds: &Dataset, name: &str, field: i32) -> IndexMetadata {
     let fragments: RoaringBitmap = ds.manifest().fragments.iter().map(|f| f.id as u32).collect();
-    IndexMetadata {
-        uuid: Uuid::new_v4(),
-        fields: vec![field],
-        name: name.to_string(),
-        dataset_version: ds.manifest().version,
-        fragment_bitmap: Some(fragments),
-        index_details: None,
-        index_version: 0,
-        created_at: None,
-        base_id: None,
-        files: None,
-        covering_fields: Vec::new(),
-    }
+    lance_actions::samples::index_on(Uuid::new_v4(), name, field, ds.manifest().version, fragments)
 }
 
 async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {

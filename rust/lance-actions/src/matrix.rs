@@ -23,7 +23,7 @@ use crate::actions::opaque::Opaque;
 use crate::context::{OperationKind, TxnContext};
 use crate::driver::{Inputs, Peer, resolve};
 use crate::keys::{InsertedKeys, KeyHashSet};
-use crate::samples::manifest_edits;
+use crate::samples::{index_on, manifest_edits};
 use crate::state::TableState;
 use crate::translate::lift;
 use crate::txn::ActionTxn;
@@ -84,19 +84,7 @@ fn with_deletions(id: u64) -> Fragment {
 }
 
 fn index(name: &str, field: i32, uuid: u128) -> IndexMetadata {
-    IndexMetadata {
-        uuid: Uuid::from_u128(uuid),
-        fields: vec![field],
-        name: name.into(),
-        dataset_version: 1,
-        fragment_bitmap: Some((0..FRAGMENTS as u32).collect()),
-        index_details: None,
-        index_version: 0,
-        created_at: None,
-        base_id: None,
-        files: None,
-        covering_fields: Vec::new(),
-    }
+    index_on(Uuid::from_u128(uuid), name, field, 1, (0..FRAGMENTS as u32).collect())
 }
 
 /// The synthetic table the samples are read against.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use lance_core::datatypes::Schema;
 use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage};
-use lance_table::format::{BasePath, Fragment};
+use lance_table::format::{BasePath, Fragment, IndexMetadata};
 use lance_table::system_index::mem_wal::CompactedSsTable;
 use lance_table::transaction::{
     DataOverlayGroup, DataReplacementGroup, Operation, RewriteGroup, UpdateMap, UpdateMapEntry,
@@ -19,6 +19,24 @@ use crate::context::OperationKind;
 
 /// One sample operation: its kind, a stable variant name, and the operation.
 pub type SampleOp = (OperationKind, &'static str, Operation);
+
+/// Index metadata as an index builder stages it: a fresh index named `name` on `field`, trained at
+/// `version` over `fragments`.
+pub fn index_on(uuid: Uuid, name: &str, field: i32, version: u64, fragments: RoaringBitmap) -> IndexMetadata {
+    IndexMetadata {
+        uuid,
+        fields: vec![field],
+        name: name.into(),
+        dataset_version: version,
+        fragment_bitmap: Some(fragments),
+        index_details: None,
+        index_version: 0,
+        created_at: None,
+        base_id: None,
+        files: None,
+        covering_fields: Vec::new(),
+    }
+}
 
 fn upsert_map(key: &str, value: &str) -> UpdateMap {
     UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some(value.into()) }], replace: false }
