@@ -21,7 +21,6 @@ use lance_index::IndexType;
 use lance_index::scalar::ScalarIndexParams;
 use lance_select::RowAddrTreeMap;
 use lance_table::format::IndexMetadata;
-use lance_table::transaction::UpdateMode;
 use roaring::RoaringBitmap;
 use uuid::Uuid;
 
@@ -236,17 +235,7 @@ async fn stage_row_update(ds: &Arc<Dataset>, variant: &str, id: i64) -> Result<S
             source: lance::Error::invalid_input("unexpected staged operation shapes"),
         });
     };
-    let op = Operation::Update {
-        removed_fragment_ids: deleted_fragment_ids,
-        updated_fragments,
-        new_fragments: fragments,
-        fields_modified: vec![],
-        compacted_sstables: vec![],
-        fields_for_preserving_frag_bitmap: vec![],
-        update_mode: Some(UpdateMode::RewriteRows),
-        inserted_rows_filter: None,
-        updated_fragment_offsets: None,
-    };
+    let op = lance_actions::samples::row_moving_update(deleted_fragment_ids, updated_fragments, fragments);
     let mut s = staged(OperationKind::Update, variant, ds.manifest().version, op);
     s.affected_rows = delete.affected_rows;
     Ok(s)

@@ -23,7 +23,7 @@ use crate::actions::opaque::Opaque;
 use crate::context::{OperationKind, TxnContext};
 use crate::driver::{Inputs, Peer, resolve};
 use crate::keys::{InsertedKeys, KeyHashSet};
-use crate::samples::{index_on, manifest_edits};
+use crate::samples::{index_on, manifest_edits, row_moving_update};
 use crate::state::TableState;
 use crate::translate::lift;
 use crate::txn::ActionTxn;
@@ -129,17 +129,7 @@ fn declare_rows(txn: &mut ActionTxn, rows: &[u32]) {
 
 /// A keyed upsert moving `row` of fragment `id` and inserting keys `new_keys` (exact key hashes).
 fn upsert(variant: &'static str, id: u64, row: u32, new_keys: &[u64]) -> Sample {
-    let op = Operation::Update {
-        removed_fragment_ids: vec![],
-        updated_fragments: vec![with_deletions(id)],
-        new_fragments: vec![fragment(0)],
-        fields_modified: vec![],
-        compacted_sstables: vec![],
-        fields_for_preserving_frag_bitmap: vec![],
-        update_mode: Some(UpdateMode::RewriteRows),
-        inserted_rows_filter: None,
-        updated_fragment_offsets: None,
-    };
+    let op = row_moving_update(vec![], vec![with_deletions(id)], vec![fragment(0)]);
     let mut s = lifted(OperationKind::Update, variant, op);
     declare_rows(&mut s.txn, &[row]);
     for a in s.txn.actions.iter_mut() {

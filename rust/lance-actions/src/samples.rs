@@ -38,6 +38,22 @@ pub fn index_on(uuid: Uuid, name: &str, field: i32, version: u64, fragments: Roa
     }
 }
 
+/// An update that moves rows (Lance's `UpdateBuilder` and merge-insert shape): rows deleted where
+/// they were (`updated` carry the new deletion vectors, `removed` emptied), rewritten in `new`.
+pub fn row_moving_update(removed: Vec<u64>, updated: Vec<Fragment>, new: Vec<Fragment>) -> Operation {
+    Operation::Update {
+        removed_fragment_ids: removed,
+        updated_fragments: updated,
+        new_fragments: new,
+        fields_modified: vec![],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: Some(lance_table::transaction::UpdateMode::RewriteRows),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    }
+}
+
 fn upsert_map(key: &str, value: &str) -> UpdateMap {
     UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some(value.into()) }], replace: false }
 }
