@@ -18,6 +18,7 @@ pub mod matrix;
 pub mod path;
 pub mod samples;
 pub mod state;
+pub mod table_class;
 pub mod translate;
 pub mod txn;
 pub mod verdict;

@@ -15,7 +15,8 @@ use super::{fragment_fields, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::keys::InsertedKeys;
-use crate::path::{KeyKind, ManifestPath, Mask};
+use crate::path::{ConfigMap, KeyKind, ManifestPath, Mask};
+use crate::table_class::{self, TableClass};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
 
@@ -52,7 +53,43 @@ impl AddFragments {
                 Rule::KeysUnverifiable,
                 format!("the committed action rewrote values of key field {field}"),
             ),
+            // The table's class or key changed under us: what we insert must be re-validated.
+            (_, ManifestPath::ConfigEntry { key, .. }) if table_class::FROZEN_KEYS.contains(&key.as_str()) => {
+                peer.retry(K, Rule::KeysUnverifiable, format!("the committed action changed the table's {key}"))
+            }
+            (_, ManifestPath::ConfigMapWhole(ConfigMap::Config)) if self.inserts_rows() => {
+                peer.retry(K, Rule::KeysUnverifiable, "the committed action replaced the table's config")
+            }
             _ => Verdict::Ok,
+        }
+    }
+
+    /// On a keyed table every insert declares its keys over exactly the primary key: a bare append
+    /// would add keys no concurrent keyed writer can see (RFC-023 §5.1).
+    fn validate_keyed_insert(&self, state: &TableState) -> Result<(), Reason> {
+        if !self.inserts_rows() {
+            return Ok(());
+        }
+        let refuse = |detail: String| Err(invalid(ActionKind::AddFragments, detail));
+        match TableClass::of(&state.config) {
+            TableClass::Undeclared | TableClass::KeylessAppendOnly => Ok(()),
+            TableClass::Unknown(class) => {
+                refuse(format!("the table's class '{class}' is not understood by this version; refusing to insert"))
+            }
+            TableClass::Keyed { key } => {
+                let (pk_ids, _) = table_class::primary_key_of(&state.schema);
+                match &self.keys {
+                    None => refuse(format!(
+                        "table is keyed on {key:?}: an insert must declare its keys (no keyed Append); \
+                         use a strict insert or an upsert"
+                    )),
+                    Some(keys) if keys.field_ids() != pk_ids.as_slice() => refuse(format!(
+                        "the insert declares keys over fields {:?}, the table's primary key is fields {pk_ids:?}",
+                        keys.field_ids()
+                    )),
+                    Some(_) => Ok(()),
+                }
+            }
         }
     }
 
@@ -94,6 +131,12 @@ impl Action for AddFragments {
         if self.keys.is_some() {
             mask.push(ManifestPath::UnenforcedKey(KeyKind::Primary));
         }
+        if self.inserts_rows() {
+            // Whether an insert must declare keys depends on the table's class (RFC-023 §4).
+            for key in table_class::FROZEN_KEYS {
+                mask.push(ManifestPath::ConfigEntry { map: ConfigMap::Config, key: key.to_string() });
+            }
+        }
         mask
     }
 
@@ -109,16 +152,16 @@ impl Action for AddFragments {
         mask
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
         // A deletion file's path embeds its fragment's id, so a fragment whose id is not yet bound
         // cannot carry one (Lance rejects it at commit; we reject it before any IO).
-        match self.fragments.iter().find(|f| f.deletion_file.is_some()) {
-            Some(f) => Err(invalid(
+        if let Some(f) = self.fragments.iter().find(|f| f.deletion_file.is_some()) {
+            return Err(invalid(
                 ActionKind::AddFragments,
                 format!("new fragment (given id {}) carries a deletion file", f.id),
-            )),
-            None => Ok(()),
+            ));
         }
+        self.validate_keyed_insert(state)
     }
 
     fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

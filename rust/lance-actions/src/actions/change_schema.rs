@@ -7,6 +7,7 @@ use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
 
+use super::keeps_primary_key;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::{OperationKind, TxnContext};
 use crate::path::{ConfigMap, FieldScope, KeyKind, ManifestPath, Mask};
@@ -84,8 +85,9 @@ impl Action for ChangeSchema {
         mask
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
-        Ok(())
+    /// A schema change of a keyed table keeps exactly its primary key (RFC-023 §9).
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        keeps_primary_key(ActionKind::ChangeSchema, state, &self.schema)
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

@@ -52,3 +52,26 @@ pub(crate) fn supplier_reads(fields: &BTreeSet<i32>) -> Mask {
 pub(crate) fn supplier_writes(fields: &BTreeSet<i32>) -> Mask {
     Mask(fields.iter().map(|&field| ManifestPath::FieldValues { field }).collect())
 }
+
+/// On a keyed table, a new schema must carry exactly the declared primary key, on the same field
+/// ids, non-nullable: overwrite and schema change preserve the key (RFC-023 §9).
+pub(crate) fn keeps_primary_key(
+    ours: crate::ActionKind,
+    state: &crate::TableState,
+    new_schema: &lance_core::datatypes::Schema,
+) -> Result<(), crate::Reason> {
+    use crate::table_class::{TableClass, check_primary_key, primary_key_of};
+    let TableClass::Keyed { key } = TableClass::of(&state.config) else {
+        return Ok(());
+    };
+    let refuse = |detail: String| Err(crate::action::invalid(ours, detail));
+    if let Err(why) = check_primary_key(new_schema, &key) {
+        return refuse(format!("a keyed table keeps its primary key: {why}"));
+    }
+    let (before, _) = primary_key_of(&state.schema);
+    let (after, _) = primary_key_of(new_schema);
+    if before != after && !before.is_empty() {
+        return refuse(format!("the primary key moved from field ids {before:?} to {after:?}"));
+    }
+    Ok(())
+}

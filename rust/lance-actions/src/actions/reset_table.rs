@@ -7,6 +7,7 @@ use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
 
+use super::keeps_primary_key;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::TxnContext;
 use crate::path::{ManifestPath, Mask};
@@ -47,8 +48,9 @@ impl Action for ResetTable {
         Mask::new().with(ManifestPath::Table)
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
-        Ok(())
+    /// An overwrite of a keyed table keeps exactly its primary key (RFC-023 §9).
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        keeps_primary_key(ActionKind::ResetTable, state, &self.schema)
     }
 
     fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

@@ -7,7 +7,8 @@ use crate::error::Result;
 use lance_table::transaction::UpdateMap;
 use lance_table::transaction::UpdateMapEntry;
 
-use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
+use crate::table_class::{FROZEN_KEYS, TableClass, check_primary_key};
 use crate::context::{OperationKind, TxnContext};
 use crate::path::{ConfigMap, ManifestPath, Mask};
 use crate::state::TableState;
@@ -84,8 +85,29 @@ impl Action for UpdateConfig {
         )
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
-        Ok(())
+    /// A table's class and key only roll forward (RFC-023 §8): once keyed, the class, key and
+    /// fencing stamp never change, and a table becomes keyed only when its schema carries the key.
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        if self.map != ConfigMap::Config {
+            return Ok(());
+        }
+        let refuse = |detail: String| Err(invalid(ActionKind::UpdateConfig, detail));
+        let before = TableClass::of(&state.config);
+        let mut after_config = state.config.clone();
+        self.apply_to(&mut after_config);
+        if before.is_keyed() {
+            if let Some(key) = FROZEN_KEYS.iter().find(|k| state.config.get(**k) != after_config.get(**k)) {
+                return refuse(format!("'{key}' of a keyed table cannot change once set (roll-forward only)"));
+            }
+            return Ok(());
+        }
+        match TableClass::of(&after_config) {
+            TableClass::Keyed { key } => match check_primary_key(&state.schema, &key) {
+                Ok(()) => Ok(()),
+                Err(why) => refuse(format!("cannot declare the table keyed: {why}")),
+            },
+            _ => Ok(()),
+        }
     }
 
     fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
@@ -102,6 +124,12 @@ impl Action for UpdateConfig {
                 None => return,
             },
         };
+        self.apply_to(target);
+    }
+}
+
+impl UpdateConfig {
+    fn apply_to(&self, target: &mut std::collections::HashMap<String, String>) {
         if self.update.replace {
             target.clear();
         }

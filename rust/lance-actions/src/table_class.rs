@@ -1,0 +1,99 @@
+//! Table classes (RFC-023 §4): a table is declared keyed or keyless append-only in its manifest
+//! config, never by a flag on a write call. On a keyed table the action model itself refuses what
+//! would break the key guarantee, for every writer that commits through the driver:
+//!
+//! - an insert of rows (`AddFragments`) that does not declare its keys over exactly the primary key
+//!   (RFC-023 §5.1: no keyed Append);
+//! - a schema change or overwrite that drops, replaces or moves the primary key (§9);
+//! - a config update that removes or changes the declared class or key (roll-forward only, §8).
+
+use std::collections::HashMap;
+
+use lance_core::datatypes::Schema;
+
+/// Config key holding the table class: [`KEYED`] or [`KEYLESS_APPEND_ONLY`].
+pub const TABLE_CLASS_KEY: &str = "lance-actions.table-class";
+/// Config key holding the declared key: field names in key order, comma separated.
+pub const KEY_NAMES_KEY: &str = "lance-actions.key";
+/// Config key of the fencing format stamp, written last on main by creation or migration.
+pub const FENCING_FORMAT_KEY: &str = "lance-actions.fencing-format";
+/// The fencing format this code writes and understands.
+pub const FENCING_FORMAT: &str = "1";
+
+pub const KEYED: &str = "keyed";
+pub const KEYLESS_APPEND_ONLY: &str = "keyless-append-only";
+
+/// Config keys whose value may never change once the table is keyed.
+pub const FROZEN_KEYS: [&str; 3] = [TABLE_CLASS_KEY, KEY_NAMES_KEY, FENCING_FORMAT_KEY];
+
+/// The declared class of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableClass {
+    /// No class declared: a plain Lance table, no key guarantee.
+    Undeclared,
+    /// Keyed on these field names (in key order).
+    Keyed { key: Vec<String> },
+    /// Declared keyless and append-only: plain appends allowed, no key guarantee.
+    KeylessAppendOnly,
+    /// A class this code does not know: treated as keyed-and-unknown, so every write is refused.
+    Unknown(String),
+}
+
+impl TableClass {
+    pub fn of(config: &HashMap<String, String>) -> Self {
+        match config.get(TABLE_CLASS_KEY).map(String::as_str) {
+            None => TableClass::Undeclared,
+            Some(KEYED) => TableClass::Keyed { key: parse_key_names(config.get(KEY_NAMES_KEY)) },
+            Some(KEYLESS_APPEND_ONLY) => TableClass::KeylessAppendOnly,
+            Some(other) => TableClass::Unknown(other.to_string()),
+        }
+    }
+
+    pub fn is_keyed(&self) -> bool {
+        matches!(self, TableClass::Keyed { .. } | TableClass::Unknown(_))
+    }
+}
+
+/// Field names from the comma-separated config value; empty names are dropped.
+pub fn parse_key_names(value: Option<&String>) -> Vec<String> {
+    value
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// The schema's unenforced primary key as (field ids, field names), in key order.
+pub fn primary_key_of(schema: &Schema) -> (Vec<i32>, Vec<String>) {
+    let fields = schema.unenforced_primary_key();
+    (fields.iter().map(|f| f.id).collect(), fields.iter().map(|f| f.name.clone()).collect())
+}
+
+/// Does `schema` carry exactly the declared key as its primary key, each field non-nullable?
+/// `Err` says what is wrong, in words a user can act on.
+pub fn check_primary_key(schema: &Schema, declared: &[String]) -> Result<(), String> {
+    let (_, names) = primary_key_of(schema);
+    if names != declared {
+        return Err(format!(
+            "the schema's unenforced primary key is {names:?}, the table is declared keyed on {declared:?}"
+        ));
+    }
+    match schema.unenforced_primary_key().iter().find(|f| f.nullable) {
+        Some(f) => Err(format!("primary key field '{}' is nullable", f.name)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_is_read_from_config() {
+        let mut config = HashMap::new();
+        assert_eq!(TableClass::of(&config), TableClass::Undeclared);
+        config.insert(TABLE_CLASS_KEY.to_string(), KEYED.to_string());
+        config.insert(KEY_NAMES_KEY.to_string(), "tenant, id".to_string());
+        assert_eq!(TableClass::of(&config), TableClass::Keyed { key: vec!["tenant".into(), "id".into()] });
+        config.insert(TABLE_CLASS_KEY.to_string(), "graph-v9".to_string());
+        assert!(TableClass::of(&config).is_keyed(), "an unknown class must fence, not open up");
+    }
+}
