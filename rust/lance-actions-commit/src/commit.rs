@@ -155,7 +155,12 @@ impl ActionCommit {
     }
 
     /// Commit an action transaction built by hand against `read_version`.
-    pub async fn execute_actions(self, read_version: u64, actions: ActionTxn) -> CommitResult<(Dataset, CommitReport)> {
+    pub async fn execute_actions(
+        self,
+        read_version: u64,
+        mut actions: ActionTxn,
+    ) -> CommitResult<(Dataset, CommitReport)> {
+        attach_affected_rows(&mut actions, self.affected_rows.as_ref());
         let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
         self.run(read_version, actions, uuid, None, HashMap::new()).await
     }

@@ -19,6 +19,9 @@ pub struct TableState {
     pub config: HashMap<String, String>,
     pub table_metadata: HashMap<String, String>,
     pub bases: HashMap<u32, BasePath>,
+    /// Set when an earlier action of the transaction replaced the table (an overwrite): every row
+    /// now present is one this transaction writes, so no committed key can collide with them.
+    pub replaced_by_txn: bool,
 }
 
 impl TableState {
@@ -33,6 +36,7 @@ impl TableState {
             config: manifest.config.clone(),
             table_metadata: manifest.table_metadata.clone(),
             bases: manifest.base_paths.clone(),
+            replaced_by_txn: false,
         }
     }
 
@@ -47,6 +51,7 @@ impl TableState {
             config: HashMap::new(),
             table_metadata: HashMap::new(),
             bases: HashMap::new(),
+            replaced_by_txn: false,
         }
     }
 

@@ -67,7 +67,8 @@ impl AddFragments {
     /// On a keyed table every insert declares its keys over exactly the primary key: a bare append
     /// would add keys no concurrent keyed writer can see (RFC-023 §5.1).
     fn validate_keyed_insert(&self, state: &TableState) -> Result<(), Reason> {
-        if !self.inserts_rows() {
+        // The rows of an overwrite replace every row: uniqueness within them is the writer's check.
+        if !self.inserts_rows() || state.replaced_by_txn {
             return Ok(());
         }
         let refuse = |detail: String| Err(invalid(ActionKind::AddFragments, detail));

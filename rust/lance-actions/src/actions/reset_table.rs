@@ -61,6 +61,7 @@ impl Action for ResetTable {
         state.fragments.clear();
         state.indices.clear();
         state.schema = self.schema.clone();
+        state.replaced_by_txn = true;
     }
 }
 

@@ -1,0 +1,156 @@
+//! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written.
+
+use lance_actions_commit::CommitError;
+use snafu::Snafu;
+
+/// Why a key conflicted. All causes are the same external `KeyConflict` (RFC-023 §6): a strict
+/// insert never switches to an update, and the caller decides whether to resubmit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictCause {
+    /// The key was already present at the version the write read.
+    AlreadyPresent,
+    /// The key appears more than once in the rows given.
+    DuplicateInBatch,
+    /// A concurrent commit inserted the key first.
+    InsertedConcurrently,
+}
+
+impl std::fmt::Display for ConflictCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConflictCause::AlreadyPresent => "already present",
+            ConflictCause::DuplicateInBatch => "duplicated within the rows given",
+            ConflictCause::InsertedConcurrently => "inserted by a concurrent commit",
+        })
+    }
+}
+
+/// The first few keys of a list and how many there are, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySample {
+    pub first: Vec<String>,
+    pub count: usize,
+}
+
+impl KeySample {
+    pub const SHOWN: usize = 5;
+
+    pub fn of(keys: impl IntoIterator<Item = String>) -> Self {
+        let mut first = Vec::new();
+        let mut count = 0;
+        for key in keys {
+            if first.len() < Self::SHOWN {
+                first.push(key);
+            }
+            count += 1;
+        }
+        Self { first, count }
+    }
+}
+
+impl std::fmt::Display for KeySample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.first.join(", "))?;
+        if self.count > self.first.len() {
+            write!(f, " and {} more", self.count - self.first.len())?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum Error {
+    #[snafu(display("key conflict: {count} key(s) {cause}: {keys}; nothing was written", count = keys.count))]
+    KeyConflict { keys: KeySample, cause: ConflictCause },
+
+    #[snafu(display("{count} key(s) to update are not present: {keys}; nothing was written", count = keys.count))]
+    KeysNotFound { keys: KeySample },
+
+    #[snafu(display("row {row} has a null value in key column '{column}'; keys are non-null"))]
+    NullKey { row: usize, column: String },
+
+    #[snafu(display("the rows given do not fit the table: {detail}"))]
+    Input { detail: String },
+
+    #[snafu(display(
+        "key column '{column}' has type {data_type}; a key is a string, binary or integer column"
+    ))]
+    UnsupportedKeyType { column: String, data_type: String },
+
+    #[snafu(display("{uri} is not a keyed table ({class}); create it keyed or run `lance-actions keyed migrate`"))]
+    NotKeyed { uri: String, class: String },
+
+    #[snafu(display("{uri} is not declared keyless append-only ({class}); plain appends are not allowed on it"))]
+    NotKeyless { uri: String, class: String },
+
+    #[snafu(display("{uri}: {detail}"))]
+    KeyMismatch { uri: String, detail: String },
+
+    #[snafu(display(
+        "{uri} is part way through a key migration (no fencing stamp on main yet); finish it with `lance-actions keyed migrate`"
+    ))]
+    MigrationIncomplete { uri: String },
+
+    #[snafu(display("{uri} carries fencing format '{found}', which this version does not understand; upgrade"))]
+    UnknownFormat { uri: String, found: String },
+
+    #[snafu(display(
+        "branch '{branch}' already has primary key {existing:?}, not {wanted:?}; a primary key cannot be changed once set"
+    ))]
+    DifferentPrimaryKey { branch: String, existing: Vec<String>, wanted: Vec<String> },
+
+    #[snafu(display(
+        "branch '{branch}' holds {count} duplicated key(s): {keys}; deduplicate them before migrating, nothing was written",
+        count = keys.count
+    ))]
+    DuplicateKeysInBranch { branch: String, keys: KeySample },
+
+    #[snafu(display("branch '{branch}' holds {count} row(s) with a null key; fix them before migrating"))]
+    NullKeysInBranch { branch: String, count: usize },
+
+    #[snafu(display("branch '{branch}' has no column '{column}' to key on"))]
+    MissingKeyColumn { branch: String, column: String },
+
+    #[snafu(display(
+        "gave up after {attempts} attempts: concurrent writers kept changing the table ({last}); retry later"
+    ))]
+    Contention { attempts: usize, last: String },
+
+    #[snafu(display("{source}"))]
+    Commit { source: CommitError },
+
+    #[snafu(display("{what}: {source}"))]
+    Lance { what: String, source: lance::Error },
+
+    #[snafu(display("{source}"))]
+    Layer { source: lance_actions_commit::Error },
+
+    #[snafu(display("{source}"))]
+    Model { source: lance_actions::Error },
+}
+
+impl Error {
+    /// May the same logical write succeed if the caller runs it again later?
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Contention { .. })
+    }
+}
+
+impl From<lance_actions_commit::Error> for Error {
+    fn from(source: lance_actions_commit::Error) -> Self {
+        Error::Layer { source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) trait LanceContext<T> {
+    fn lance(self, what: impl Into<String>) -> Result<T>;
+}
+
+impl<T> LanceContext<T> for std::result::Result<T, lance::Error> {
+    fn lance(self, what: impl Into<String>) -> Result<T> {
+        self.map_err(|source| Error::Lance { what: what.into(), source })
+    }
+}

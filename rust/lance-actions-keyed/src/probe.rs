@@ -1,0 +1,96 @@
+//! Which of a set of keys are present in a table version. The strict insert's preflight and its
+//! re-probe after a key race both ask this, against a pinned version.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance_table::format::key_existence::KeyValue;
+
+use crate::error::{LanceContext, Result};
+use crate::key::{KeySpec, display_key};
+
+/// Up to this many keys are looked up with an `IN` filter (which a scalar index on the key
+/// answers); more are checked by one scan of the key columns.
+const IN_LIST_LIMIT: usize = 1024;
+
+/// The keys of `wanted` present in `dataset`, in the order of `wanted`.
+pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyValue]) -> Result<Vec<KeyValue>> {
+    if wanted.is_empty() || dataset.count_fragments() == 0 {
+        return Ok(Vec::new());
+    }
+    let wanted_set: HashSet<&KeyValue> = wanted.iter().collect();
+    let filter = in_list_filter(key, wanted);
+    let mut found = HashSet::new();
+    let mut scanner = dataset.scan();
+    scanner.project(&key.names).lance("projecting the key columns")?;
+    if let Some(filter) = &filter {
+        scanner.filter(filter).lance("filtering by key")?;
+    }
+    let mut stream = scanner.try_into_stream().await.lance("scanning keys")?;
+    let mut row = 0;
+    while let Some(batch) = stream.try_next().await.lance("scanning keys")? {
+        for k in key_values(key, &batch, row)? {
+            if wanted_set.contains(&k) {
+                found.insert(k);
+            }
+        }
+        row += batch.num_rows();
+    }
+    Ok(wanted.iter().filter(|k| found.contains(*k)).cloned().collect())
+}
+
+fn key_values(key: &KeySpec, batch: &RecordBatch, first_row: usize) -> Result<Vec<KeyValue>> {
+    key.keys_of(batch, first_row)
+}
+
+/// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).
+fn in_list_filter(key: &KeySpec, wanted: &[KeyValue]) -> Option<String> {
+    let [name] = key.names.as_slice() else { return None };
+    if wanted.len() > IN_LIST_LIMIT {
+        return None;
+    }
+    let literals: Option<Vec<String>> = wanted.iter().map(sql_literal).collect();
+    Some(format!("{} IN ({})", quote_identifier(name), literals?.join(", ")))
+}
+
+/// A key as a SQL literal, or `None` when it has no literal form we trust (then we scan).
+pub(crate) fn sql_literal(key: &KeyValue) -> Option<String> {
+    match key {
+        KeyValue::String(s) => Some(format!("'{}'", s.replace('\'', "''"))),
+        KeyValue::Int64(v) => Some(v.to_string()),
+        KeyValue::UInt64(v) => Some(v.to_string()),
+        KeyValue::Binary(b) => Some(format!("X'{}'", display_key(&KeyValue::Binary(b.clone())))),
+        _ => None,
+    }
+}
+
+pub(crate) fn quote_identifier(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// A predicate matching exactly `keys` (single-column keys only; composite keys use OR of ANDs).
+pub(crate) fn key_predicate(key: &KeySpec, keys: &[KeyValue]) -> Option<String> {
+    if let [name] = key.names.as_slice() {
+        let literals: Option<Vec<String>> = keys.iter().map(sql_literal).collect();
+        return Some(format!("{} IN ({})", quote_identifier(name), literals?.join(", ")));
+    }
+    let rows: Option<Vec<String>> = keys
+        .iter()
+        .map(|k| match k {
+            KeyValue::Composite(parts) if parts.len() == key.names.len() => {
+                let terms: Option<Vec<String>> = key
+                    .names
+                    .iter()
+                    .zip(parts)
+                    .map(|(n, v)| sql_literal(v).map(|l| format!("{} = {l}", quote_identifier(n))))
+                    .collect();
+                terms.map(|t| format!("({})", t.join(" AND ")))
+            }
+            _ => None,
+        })
+        .collect();
+    Some(rows?.join(" OR "))
+}

@@ -1,0 +1,96 @@
+//! The one module that calls Lance's raw writers (`InsertBuilder`, `MergeInsertBuilder`,
+//! `DeleteBuilder`, `CommitBuilder::new`). Everything here only *stages*: it writes data files and
+//! returns an uncommitted transaction, which the caller turns into actions and commits through the
+//! driver. The exception is table creation, which has no base to conflict with.
+//!
+//! A source-walk test (`tests/keyed/guards.rs`) fails if any other production module names these
+//! entry points: a keyed append must be hard to express by accident (RFC-023 §5.1).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use lance::Dataset;
+use lance::dataset::transaction::{Operation, Transaction};
+use lance::dataset::{
+    CommitBuilder, DeleteBuilder, InsertBuilder, MergeInsertBuilder, UncommittedDelete, UncommittedMergeInsert,
+    WhenMatched, WhenNotMatched, WriteMode, WriteParams,
+};
+use lance_table::format::Fragment;
+
+use crate::error::{Error, LanceContext, Result};
+
+/// Create a table at `uri` from `batches` (which may be empty batches carrying only the schema),
+/// with `config` set in the same first version: the class is declared with the data, never after.
+pub(crate) async fn create_table(
+    uri: &str,
+    batches: Vec<RecordBatch>,
+    config: HashMap<String, String>,
+) -> Result<Dataset> {
+    let params = WriteParams { mode: WriteMode::Create, ..Default::default() };
+    let mut txn = InsertBuilder::new(uri)
+        .with_params(&params)
+        .execute_uncommitted(batches)
+        .await
+        .lance(format!("staging the new table at {uri}"))?;
+    match &mut txn.operation {
+        Operation::Overwrite { config_upsert_values, .. } => *config_upsert_values = Some(config),
+        _ => return Err(unexpected("creating a table", &txn)),
+    }
+    CommitBuilder::new(uri).execute(txn).await.lance(format!("creating the table at {uri}"))
+}
+
+/// Write `batches` as new fragments of `dataset` (ids unbound), without committing anything.
+pub(crate) async fn new_fragments(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Vec<Fragment>> {
+    let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let txn = InsertBuilder::new(dataset.clone())
+        .with_params(&params)
+        .execute_uncommitted(batches)
+        .await
+        .lance("writing new rows")?;
+    match txn.operation {
+        Operation::Append { fragments } => Ok(fragments),
+        _ => Err(unexpected("writing new rows", &txn)),
+    }
+}
+
+/// Stage a merge-insert on exactly the key columns, on Lance's v2 path (`use_index(false)`): the
+/// only path on which Lance attaches its key filter (RFC-023 §5.2). Lance's own retries are off:
+/// conflicts are the driver's to judge.
+pub(crate) async fn merge_on_key(
+    dataset: &Arc<Dataset>,
+    key: &[String],
+    when_matched: WhenMatched,
+    when_not_matched: WhenNotMatched,
+    batches: Vec<RecordBatch>,
+) -> Result<UncommittedMergeInsert> {
+    let mut builder = MergeInsertBuilder::try_new(dataset.clone(), key.to_vec()).lance("building a merge-insert")?;
+    builder.when_matched(when_matched).when_not_matched(when_not_matched).use_index(false).conflict_retries(0);
+    let job = builder.try_build().lance("building a merge-insert")?;
+    job.execute_uncommitted_batches(batches).await.lance("staging a merge-insert")
+}
+
+/// Stage a delete of the rows matching `predicate`.
+pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Result<UncommittedDelete> {
+    DeleteBuilder::new(dataset.clone(), predicate).execute_uncommitted().await.lance("staging a delete")
+}
+
+/// Stage an overwrite of `dataset` with `batches` (whose schema carries the key metadata).
+pub(crate) async fn overwrite(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+    let params = WriteParams { mode: WriteMode::Overwrite, ..Default::default() };
+    InsertBuilder::new(dataset.clone()).with_params(&params).execute_uncommitted(batches).await.lance("staging an overwrite")
+}
+
+/// Stage a plain append. Only [`crate::KeylessTable`] calls this: the class check there is what
+/// makes it legal (RFC-023 §4.2).
+pub(crate) async fn keyless_append(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
+    let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    InsertBuilder::new(dataset.clone()).with_params(&params).execute_uncommitted(batches).await.lance("staging an append")
+}
+
+fn unexpected(what: &str, txn: &Transaction) -> Error {
+    Error::Lance {
+        what: what.into(),
+        source: lance::Error::internal(format!("Lance staged an unexpected {} operation", lance_actions::OperationKind::of(&txn.operation).code())),
+    }
+}

@@ -1,0 +1,296 @@
+//! Keyed and keyless append-only tables: creation with the class declared in the first version,
+//! and open-for-write that verifies the physical schema carries exactly the declared key.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Field, Schema as ArrowSchema};
+use lance::Dataset;
+use lance_actions::table_class::{
+    self, FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, KEYLESS_APPEND_ONLY, TABLE_CLASS_KEY, TableClass,
+};
+use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+
+use crate::chunk::ChunkLimits;
+use crate::error::{Error, LanceContext, Result};
+use crate::key::{KeySpec, duplicates, sample};
+use crate::stage;
+
+/// Arrow field metadata marking a field as part of Lance's unenforced primary key.
+pub const PK_METADATA_KEY: &str = "lance-schema:unenforced-primary-key";
+/// Arrow field metadata giving a key field's 1-based position in a composite key.
+pub const PK_POSITION_METADATA_KEY: &str = "lance-schema:unenforced-primary-key:position";
+
+/// How hard a write tries before giving up, and how big each staged chunk may be.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// Logical attempts (each re-reads the table, re-validates and re-stages). Default 8.
+    pub max_attempts: usize,
+    pub chunk: ChunkLimits,
+    /// First backoff step between logical attempts; doubles with full jitter.
+    pub backoff: Duration,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self { max_attempts: 8, chunk: ChunkLimits::default(), backoff: Duration::from_millis(5) }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOutcome {
+    /// The version the last commit landed (the version read, when nothing needed committing).
+    pub version: u64,
+    pub inserted: u64,
+    pub updated: u64,
+    pub deleted: u64,
+    /// Logical attempts over all chunks (1 per chunk when uncontended).
+    pub attempts: usize,
+    /// One report per landed commit.
+    pub commits: Vec<CommitReport>,
+}
+
+/// A keyed table opened for write. Every write is one or more action sequences committed through
+/// the driver; no method can produce a keyed append.
+#[derive(Clone)]
+pub struct KeyedTable {
+    pub(crate) dataset: Arc<Dataset>,
+    pub(crate) key: KeySpec,
+    pub(crate) options: WriteOptions,
+    pub(crate) arrow_schema: Arc<ArrowSchema>,
+}
+
+impl std::fmt::Debug for KeyedTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedTable").field("uri", &self.dataset.uri()).field("key", &self.key).finish()
+    }
+}
+
+/// The config a keyed table is created with, fencing stamp included (RFC-023 §7.2: a table created
+/// at the fencing format has its key from the first version; there is no annotation window).
+pub fn keyed_config(key: &[String]) -> HashMap<String, String> {
+    HashMap::from([
+        (TABLE_CLASS_KEY.to_string(), KEYED.to_string()),
+        (KEY_NAMES_KEY.to_string(), key.join(",")),
+        (FENCING_FORMAT_KEY.to_string(), FENCING_FORMAT.to_string()),
+    ])
+}
+
+/// `schema` with `key` marked as the unenforced primary key (non-nullable, positions in key order).
+pub fn with_primary_key(schema: &ArrowSchema, key: &[String]) -> Result<ArrowSchema> {
+    for name in key {
+        if schema.field_with_name(name).is_err() {
+            return Err(Error::Input { detail: format!("the rows have no key column '{name}'") });
+        }
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match key.iter().position(|k| k == f.name()) {
+            None => f.as_ref().clone(),
+            Some(pos) => {
+                let mut metadata = f.metadata().clone();
+                metadata.insert(PK_METADATA_KEY.to_string(), "true".to_string());
+                if key.len() > 1 {
+                    metadata.insert(PK_POSITION_METADATA_KEY.to_string(), (pos + 1).to_string());
+                }
+                f.as_ref().clone().with_nullable(false).with_metadata(metadata)
+            }
+        })
+        .collect();
+    Ok(ArrowSchema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// Re-shape `batches` to `schema`: columns by name, each with the table's exact type. Extra or
+/// missing columns and type differences are typed input errors.
+pub(crate) fn conform(batches: &[RecordBatch], schema: &Arc<ArrowSchema>) -> Result<Vec<RecordBatch>> {
+    batches
+        .iter()
+        .map(|batch| {
+            if batch.num_columns() != schema.fields().len() {
+                let have: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+                let want: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+                return Err(Error::Input { detail: format!("the rows have columns {have:?}, the table {want:?}") });
+            }
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|field| {
+                    let column = batch.column_by_name(field.name()).ok_or_else(|| Error::Input {
+                        detail: format!("the rows have no column '{}'", field.name()),
+                    })?;
+                    if column.data_type() != field.data_type() {
+                        return Err(Error::Input {
+                            detail: format!(
+                                "column '{}' has type {}, the table's is {}",
+                                field.name(),
+                                column.data_type(),
+                                field.data_type()
+                            ),
+                        });
+                    }
+                    Ok(column.clone())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| Error::Input { detail: format!("the rows do not fit the table's schema: {e}") })
+        })
+        .collect()
+}
+
+fn describe_class(class: &TableClass) -> String {
+    match class {
+        TableClass::Undeclared => "no table class declared".into(),
+        TableClass::Keyed { key } => format!("keyed on {key:?}"),
+        TableClass::KeylessAppendOnly => "keyless append-only".into(),
+        TableClass::Unknown(c) => format!("unknown class '{c}'"),
+    }
+}
+
+/// Check the fencing stamp on main (RFC-023 §7.1: read from main before any branch is opened).
+async fn check_stamp(dataset: &Dataset, uri: &str, branch_is_keyed: bool) -> Result<()> {
+    let main = match dataset.manifest().branch.as_deref() {
+        None => dataset.clone(),
+        Some(_) => dataset.checkout_branch("main").await.lance("opening main to read the fencing stamp")?,
+    };
+    match main.manifest().config.get(FENCING_FORMAT_KEY).map(String::as_str) {
+        Some(FENCING_FORMAT) => Ok(()),
+        Some(other) => Err(Error::UnknownFormat { uri: uri.into(), found: other.into() }),
+        None if branch_is_keyed => Err(Error::MigrationIncomplete { uri: uri.into() }),
+        None => Ok(()),
+    }
+}
+
+impl KeyedTable {
+    /// Create a keyed table at `uri` from `batches`, keyed on `key` (field names in key order).
+    /// The rows' keys must be non-null and unique.
+    pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
+        let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
+        let Some(first) = batches.first() else {
+            return Err(Error::Input { detail: "give at least one batch (it may be empty) to define the schema".into() });
+        };
+        let schema = Arc::new(with_primary_key(first.schema().as_ref(), &key)?);
+        let spec = KeySpec { names: key.clone(), field_ids: Vec::new() };
+        let keys = spec.keys_of_all(&batches)?;
+        let dups = duplicates(&keys);
+        if !dups.is_empty() {
+            return Err(Error::KeyConflict { keys: sample(&dups), cause: crate::ConflictCause::DuplicateInBatch });
+        }
+        let batches = conform(&batches, &schema)?;
+        let dataset = stage::create_table(uri, batches, keyed_config(&key)).await?;
+        Self::from_dataset(Arc::new(dataset)).await
+    }
+
+    /// Open the latest version of main for keyed writes.
+    pub async fn open(uri: &str) -> Result<Self> {
+        let dataset = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        Self::from_dataset(Arc::new(dataset)).await
+    }
+
+    /// Open the latest version of a Lance branch for keyed writes.
+    pub async fn open_branch(uri: &str, branch: &str) -> Result<Self> {
+        let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        let dataset = main.checkout_branch(branch).await.lance(format!("opening branch '{branch}' of {uri}"))?;
+        Self::from_dataset(Arc::new(dataset)).await
+    }
+
+    /// Verify that `dataset` is a keyed table whose physical schema carries exactly the declared key.
+    pub async fn from_dataset(dataset: Arc<Dataset>) -> Result<Self> {
+        let uri = dataset.uri().to_string();
+        let class = TableClass::of(&dataset.manifest().config);
+        check_stamp(&dataset, &uri, class.is_keyed()).await?;
+        let TableClass::Keyed { key } = &class else {
+            return Err(Error::NotKeyed { uri, class: describe_class(&class) });
+        };
+        table_class::check_primary_key(dataset.schema(), key)
+            .map_err(|detail| Error::KeyMismatch { uri: uri.clone(), detail })?;
+        let spec = KeySpec::of_schema(dataset.schema());
+        let arrow_schema = Arc::new(ArrowSchema::from(dataset.schema()));
+        Ok(Self { dataset, key: spec, options: WriteOptions::default(), arrow_schema })
+    }
+
+    pub fn with_options(mut self, options: WriteOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    pub fn key(&self) -> &KeySpec {
+        &self.key
+    }
+
+    /// The table's Arrow schema, primary key metadata included.
+    pub fn arrow_schema(&self) -> &Arc<ArrowSchema> {
+        &self.arrow_schema
+    }
+
+    /// Re-read the latest version of the branch this table is on.
+    pub async fn refresh(&mut self) -> Result<()> {
+        let mut latest = (*self.dataset).clone();
+        latest.checkout_latest().await.lance("reading the latest version")?;
+        self.dataset = Arc::new(latest);
+        Ok(())
+    }
+}
+
+/// A table declared keyless and append-only (RFC-023 §4.2): plain appends, no key guarantee.
+#[derive(Clone)]
+pub struct KeylessTable {
+    dataset: Arc<Dataset>,
+}
+
+impl KeylessTable {
+    pub async fn create(uri: &str, batches: Vec<RecordBatch>) -> Result<Self> {
+        let config = HashMap::from([(TABLE_CLASS_KEY.to_string(), KEYLESS_APPEND_ONLY.to_string())]);
+        let dataset = stage::create_table(uri, batches, config).await?;
+        Ok(Self { dataset: Arc::new(dataset) })
+    }
+
+    pub async fn open(uri: &str) -> Result<Self> {
+        let dataset = Arc::new(Dataset::open(uri).await.lance(format!("opening {uri}"))?);
+        let class = TableClass::of(&dataset.manifest().config);
+        if class != TableClass::KeylessAppendOnly {
+            return Err(Error::NotKeyless { uri: uri.into(), class: describe_class(&class) });
+        }
+        Ok(Self { dataset })
+    }
+
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// Append rows through the driver (a concurrent writer makes it re-stage, bounded).
+    pub async fn append(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        let options = WriteOptions::default();
+        let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut last = String::new();
+        for attempt in 1..=options.max_attempts {
+            let mut latest = (*self.dataset).clone();
+            latest.checkout_latest().await.lance("reading the latest version")?;
+            let latest = Arc::new(latest);
+            let txn = stage::keyless_append(&latest, batches.clone()).await?;
+            match latest.action_commit().execute(txn).await {
+                Ok((ds, report)) => {
+                    self.dataset = Arc::new(ds);
+                    return Ok(WriteOutcome {
+                        version: report.version,
+                        inserted: rows,
+                        attempts: attempt,
+                        commits: vec![report],
+                        ..Default::default()
+                    });
+                }
+                Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
+                Err(CommitError::RetriesExhausted { attempts, .. }) => last = format!("{attempts} commit attempts lost"),
+                Err(source) => return Err(Error::Commit { source }),
+            }
+        }
+        Err(Error::Contention { attempts: options.max_attempts, last })
+    }
+}

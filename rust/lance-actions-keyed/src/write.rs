@@ -1,0 +1,302 @@
+//! Write routing on a keyed table (RFC-023 §5). Each write is one action sequence per chunk,
+//! committed through the driver:
+//!
+//! | write | staged with | actions | on a concurrent key race |
+//! |---|---|---|---|
+//! | strict insert | Lance's writer (data files only) | `AddFragments` + exact keys + Lance's filter | `KeyConflict` |
+//! | upsert | merge-insert on the key, v2 path | lifted Update; keys of every source row | re-run from the new base |
+//! | update (rows known present) | merge-insert, `DoNothing` for new keys | lifted Update; no inserted keys | re-run |
+//! | delete by key | Lance's delete | lifted Delete | re-run |
+//! | overwrite | Lance's writer, key schema | ResetTable + AddFragments | re-run |
+//!
+//! A re-run is the whole logical attempt: new snapshot, re-validation, re-staging (RFC-023 §6).
+//! A staged batch is never committed against a base other than the one it was staged on.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use lance::Dataset;
+use lance::dataset::{WhenMatched, WhenNotMatched};
+use lance_actions::actions::add_fragments::AddFragments;
+use lance_actions::keys::{InsertedKeys, KeyHashSet};
+use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
+use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+use lance_table::format::key_existence::{KeyExistenceFilter, KeyValue};
+use rand::Rng;
+
+use crate::error::{ConflictCause, Error, Result};
+use crate::key::{duplicates, sample};
+use crate::probe::{key_predicate, present_keys};
+use crate::stage;
+use crate::table::{KeyedTable, WriteOutcome, conform};
+
+/// What one logical attempt came to.
+enum Attempt {
+    Landed(Box<(Dataset, CommitReport)>),
+    /// Re-read and run the whole attempt again; the string says why.
+    Again(String),
+}
+
+impl KeyedTable {
+    /// Strict insert: every key must be new. A key already present, duplicated in `batches`, or
+    /// inserted by a concurrent commit is a [`Error::KeyConflict`] and nothing is written. Never
+    /// switches to an update. The whole insert is one commit, however many chunks it is staged in.
+    pub async fn insert(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        let batches = conform(&batches, &self.arrow_schema)?;
+        let keys = self.unique_keys(&batches)?;
+        let rows = keys.len() as u64;
+        let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
+        let mut last = String::new();
+        for attempt in 1..=self.options.max_attempts {
+            self.pause_before(attempt).await;
+            self.refresh().await?;
+            outcome.attempts += 1;
+            self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
+            let mut fragments = Vec::new();
+            for chunk in self.options.chunk.split(&batches) {
+                fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
+            }
+            let add = AddFragments { fragments, keys: Some(self.key.inserted_keys(&keys)?) };
+            let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
+            let commit = self.dataset.action_commit().execute_actions(self.dataset.manifest().version, txn).await;
+            match self.judge(commit)? {
+                Attempt::Landed(landed) => return Ok(self.landed(*landed, outcome)),
+                Attempt::Again(why) => {
+                    // A concurrent insert of one of our keys is a conflict, not a reason to retry.
+                    self.refresh().await?;
+                    self.refuse_present(&keys, ConflictCause::InsertedConcurrently).await?;
+                    last = why;
+                }
+            }
+        }
+        Err(Error::Contention { attempts: self.options.max_attempts, last })
+    }
+
+    /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from
+    /// the new base (bounded); chunks commit one after another.
+    pub async fn upsert(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        self.merge(batches, Merge::Upsert).await
+    }
+
+    /// Update rows whose keys are present. A key that is not present is [`Error::KeysNotFound`],
+    /// and that chunk writes nothing.
+    pub async fn update(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        self.merge(batches, Merge::UpdatePresent).await
+    }
+
+    /// Delete the rows with these keys (given as rows holding at least the key columns). Keys not
+    /// present are ignored; the outcome counts the rows deleted.
+    pub async fn delete(&mut self, keys: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        let keys = self.key.keys_of_all(&keys)?;
+        let mut outcome = WriteOutcome { version: self.dataset.manifest().version, ..Default::default() };
+        for chunk in keys.chunks(self.options.chunk.max_rows.max(1)) {
+            let predicate = key_predicate(&self.key, chunk)
+                .ok_or_else(|| Error::Input { detail: "these keys cannot be written as a delete predicate".into() })?;
+            self.delete_chunk(&predicate, &mut outcome).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Replace every row. The new rows' keys must be unique; the table keeps its key and class.
+    pub async fn overwrite(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
+        let batches = conform(&batches, &self.arrow_schema)?;
+        let rows = self.unique_keys(&batches)?.len() as u64;
+        let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
+        let mut last = String::new();
+        for attempt in 1..=self.options.max_attempts {
+            self.pause_before(attempt).await;
+            self.refresh().await?;
+            outcome.attempts += 1;
+            let mut txn = stage::overwrite(&self.dataset, batches.clone()).await?;
+            if let lance::dataset::transaction::Operation::Overwrite { config_upsert_values, .. } = &mut txn.operation {
+                // Restate the class: an overwrite must never leave a keyed table undeclared.
+                *config_upsert_values = Some(class_config(&self.dataset));
+            }
+            match self.judge(self.dataset.action_commit().execute(txn).await)? {
+                Attempt::Landed(landed) => return Ok(self.landed(*landed, outcome)),
+                Attempt::Again(why) => last = why,
+            }
+        }
+        Err(Error::Contention { attempts: self.options.max_attempts, last })
+    }
+
+    async fn merge(&mut self, batches: Vec<RecordBatch>, kind: Merge) -> Result<WriteOutcome> {
+        let batches = conform(&batches, &self.arrow_schema)?;
+        self.unique_keys(&batches)?;
+        let mut outcome = WriteOutcome { version: self.dataset.manifest().version, ..Default::default() };
+        for chunk in self.options.chunk.split(&batches) {
+            self.merge_chunk(chunk, kind, &mut outcome).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn merge_chunk(&mut self, chunk: Vec<RecordBatch>, kind: Merge, outcome: &mut WriteOutcome) -> Result<()> {
+        let keys = self.key.keys_of_all(&chunk)?;
+        let mut last = String::new();
+        for attempt in 1..=self.options.max_attempts {
+            self.pause_before(attempt).await;
+            self.refresh().await?;
+            outcome.attempts += 1;
+            let (matched, not_matched) = kind.behaviour();
+            let staged = stage::merge_on_key(&self.dataset, &self.key.names, matched, not_matched, chunk.clone()).await?;
+            if kind == Merge::UpdatePresent && staged.stats.num_updated_rows != keys.len() as u64 {
+                let present = present_keys(&self.dataset, &self.key, &keys).await?;
+                let missing: Vec<KeyValue> = keys.iter().filter(|k| !present.contains(k)).cloned().collect();
+                return Err(Error::KeysNotFound { keys: sample(&missing) });
+            }
+            let declared = match kind {
+                Merge::Upsert => keys.as_slice(),
+                Merge::UpdatePresent => &[],
+            };
+            let txn = self.with_declared_keys(lift(&staged.transaction.operation), staged.inserted_rows_filter, declared)?;
+            let mut commit = self.dataset.action_commit();
+            if let Some(rows) = staged.affected_rows {
+                commit = commit.with_affected_rows(rows);
+            }
+            match self.judge(commit.execute_actions(staged.transaction.read_version, txn).await)? {
+                Attempt::Landed(landed) => {
+                    outcome.inserted += staged.stats.num_inserted_rows;
+                    outcome.updated += staged.stats.num_updated_rows;
+                    let (dataset, report) = *landed;
+                    outcome.version = report.version;
+                    outcome.commits.push(report);
+                    self.dataset = Arc::new(dataset);
+                    return Ok(());
+                }
+                Attempt::Again(why) => last = why,
+            }
+        }
+        Err(Error::Contention { attempts: self.options.max_attempts, last })
+    }
+
+    async fn delete_chunk(&mut self, predicate: &str, outcome: &mut WriteOutcome) -> Result<()> {
+        let mut last = String::new();
+        for attempt in 1..=self.options.max_attempts {
+            self.pause_before(attempt).await;
+            self.refresh().await?;
+            outcome.attempts += 1;
+            let staged = stage::delete_where(&self.dataset, predicate).await?;
+            if staged.num_deleted_rows == 0 {
+                return Ok(());
+            }
+            let mut commit = self.dataset.action_commit();
+            if let Some(rows) = staged.affected_rows {
+                commit = commit.with_affected_rows(rows);
+            }
+            match self.judge(commit.execute(staged.transaction).await)? {
+                Attempt::Landed(landed) => {
+                    outcome.deleted += staged.num_deleted_rows;
+                    let (dataset, report) = *landed;
+                    outcome.version = report.version;
+                    outcome.commits.push(report);
+                    self.dataset = Arc::new(dataset);
+                    return Ok(());
+                }
+                Attempt::Again(why) => last = why,
+            }
+        }
+        Err(Error::Contention { attempts: self.options.max_attempts, last })
+    }
+
+    /// Attach what the merge declares it may insert. Lance's own filter (inserted keys only) stays
+    /// for Lance's resolver; our exact set holds every key the merge may insert. A merge staged
+    /// without Lance's filter is refused: it would be invisible to Lance-native keyed writers.
+    fn with_declared_keys(
+        &self,
+        mut txn: ActionTxn,
+        lance_filter: Option<KeyExistenceFilter>,
+        declared: &[KeyValue],
+    ) -> Result<ActionTxn> {
+        let lance_filter = match lance_filter {
+            Some(f) if f.field_ids == self.key.field_ids => f,
+            other => {
+                return Err(Error::Lance {
+                    what: "staging a keyed merge".into(),
+                    source: lance::Error::internal(format!(
+                        "Lance staged the merge without a key filter over the primary key (got {:?}); \
+                         refusing an unfenced keyed write",
+                        other.map(|f| f.field_ids)
+                    )),
+                });
+            }
+        };
+        let exact = KeyHashSet::from_hashes(self.key.field_ids.clone(), declared.iter().map(crate::key::hash_key));
+        for action in &mut txn.actions {
+            if let AnyAction::AddFragments(add) = action {
+                add.keys = Some(InsertedKeys { lance_filter: Some(lance_filter.clone()), exact: Some(exact.clone()) });
+            }
+        }
+        Ok(txn)
+    }
+
+    /// The keys of `batches`, refusing duplicates within them.
+    fn unique_keys(&self, batches: &[RecordBatch]) -> Result<Vec<KeyValue>> {
+        let keys = self.key.keys_of_all(batches)?;
+        let dups = duplicates(&keys);
+        if !dups.is_empty() {
+            return Err(Error::KeyConflict { keys: sample(&dups), cause: ConflictCause::DuplicateInBatch });
+        }
+        Ok(keys)
+    }
+
+    async fn refuse_present(&self, keys: &[KeyValue], cause: ConflictCause) -> Result<()> {
+        let present = present_keys(&self.dataset, &self.key, keys).await?;
+        if present.is_empty() { Ok(()) } else { Err(Error::KeyConflict { keys: sample(&present), cause }) }
+    }
+
+    /// Sort a commit's outcome into landed, run-again, or a typed error.
+    fn judge(&self, commit: Result<(Dataset, CommitReport), CommitError>) -> Result<Attempt> {
+        match commit {
+            Ok(landed) => Ok(Attempt::Landed(Box::new(landed))),
+            Err(CommitError::Retry { reason, .. }) => {
+                let key_race = matches!(reason.rule, Rule::KeysIntersect | Rule::KeysUnverifiable);
+                Ok(Attempt::Again(format!("{}{reason}", if key_race { "key race: " } else { "" })))
+            }
+            Err(CommitError::RetriesExhausted { attempts, .. }) => {
+                Ok(Attempt::Again(format!("{attempts} commit attempts lost to other writers")))
+            }
+            Err(source) => Err(Error::Commit { source }),
+        }
+    }
+
+    fn landed(&mut self, (dataset, report): (Dataset, CommitReport), mut outcome: WriteOutcome) -> WriteOutcome {
+        outcome.version = report.version;
+        outcome.commits.push(report);
+        self.dataset = Arc::new(dataset);
+        outcome
+    }
+
+    /// Backoff with full jitter before a re-run, so racing writers spread out.
+    async fn pause_before(&self, attempt: usize) {
+        if attempt <= 1 {
+            return;
+        }
+        let steps = 1u32 << (attempt - 2).min(6);
+        let max = self.options.backoff * steps;
+        let pause = max.mul_f64(rand::rng().random::<f64>());
+        tokio::time::sleep(pause).await;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    Upsert,
+    UpdatePresent,
+}
+
+impl Merge {
+    fn behaviour(self) -> (WhenMatched, WhenNotMatched) {
+        match self {
+            Merge::Upsert => (WhenMatched::UpdateAll, WhenNotMatched::InsertAll),
+            Merge::UpdatePresent => (WhenMatched::UpdateAll, WhenNotMatched::DoNothing),
+        }
+    }
+}
+
+/// The frozen class entries of the table, to restate on an overwrite.
+fn class_config(dataset: &Dataset) -> std::collections::HashMap<String, String> {
+    lance_actions::table_class::FROZEN_KEYS
+        .iter()
+        .filter_map(|k| dataset.manifest().config.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect()
+}
