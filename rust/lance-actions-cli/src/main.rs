@@ -3,6 +3,7 @@
 mod check;
 mod demo;
 mod explain;
+mod keyed;
 
 use std::process::ExitCode;
 
@@ -50,10 +51,28 @@ enum Command {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// Keyed tables: create, strict insert, upsert, update, delete by key, and key migration.
+    Keyed {
+        #[command(subcommand)]
+        command: keyed::KeyedCommand,
+    },
 }
 
 /// A user-facing failure: one line, non-zero exit.
 pub type CliResult = Result<(), String>;
+
+/// Why a command failed: a one-line message for `main` to print (exit 1), or a report the command
+/// already printed, with its exit code.
+pub enum Failure {
+    Message(String),
+    Reported { code: u8 },
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Message(message)
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -64,27 +83,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
+    let result: Result<(), Failure> = runtime.block_on(async {
         match cli.command {
-            Command::Matrix { format } => {
-                match format {
-                    MatrixFormat::Md => print!("{}", lance_actions::matrix::render_markdown()),
-                    MatrixFormat::Json => println!("{}", lance_actions::matrix::render_json()),
-                }
-                Ok(())
-            }
-            Command::Explain { uri, version } => explain::run(&uri, version).await,
-            Command::Log { uri } => explain::log(&uri).await,
-            Command::Check { uri, txn, json } => check::run(&uri, &txn, json).await,
-            Command::Demo { dir } => demo::run(dir).await,
+            Command::Matrix { format } => match format {
+                MatrixFormat::Md => print!("{}", lance_actions::matrix::render_markdown()),
+                MatrixFormat::Json => println!("{}", lance_actions::matrix::render_json()),
+            },
+            Command::Explain { uri, version } => explain::run(&uri, version).await?,
+            Command::Log { uri } => explain::log(&uri).await?,
+            Command::Check { uri, txn, json } => check::run(&uri, &txn, json).await?,
+            Command::Demo { dir } => demo::run(dir).await?,
+            Command::Keyed { command } => keyed::run(command).await?,
         }
+        Ok(())
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Failure::Message(message)) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+        Err(Failure::Reported { code }) => ExitCode::from(code),
     }
 }
 

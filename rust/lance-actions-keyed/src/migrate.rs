@@ -199,8 +199,12 @@ fn schema_with_key(schema: &Schema, key: &[String]) -> Schema {
         if let Some(field) = schema.mut_field_by_id(schema.field(name).map(|f| f.id).unwrap_or(-1)) {
             field.nullable = false;
             field.metadata.insert(PK_METADATA_KEY.to_string(), "true".to_string());
+            // Lance reads the key from this attribute (derived from the metadata only when a
+            // field is built from Arrow), so set both. 0 is Lance's position for a lone key.
+            field.unenforced_primary_key_position = Some(0);
             if key.len() > 1 {
                 field.metadata.insert(PK_POSITION_METADATA_KEY.to_string(), (pos + 1).to_string());
+                field.unenforced_primary_key_position = Some(pos as u32 + 1);
             }
         }
     }

@@ -96,7 +96,9 @@ impl Action for UpdateConfig {
         let mut after_config = state.config.clone();
         self.apply_to(&mut after_config);
         if before.is_keyed() {
-            if let Some(key) = FROZEN_KEYS.iter().find(|k| state.config.get(**k) != after_config.get(**k)) {
+            // Setting an absent entry rolls forward (the stamp comes last); a set one never changes.
+            let changed = |k: &&&str| state.config.get(**k).is_some_and(|v| after_config.get(**k) != Some(v));
+            if let Some(key) = FROZEN_KEYS.iter().find(changed) {
                 return refuse(format!("'{key}' of a keyed table cannot change once set (roll-forward only)"));
             }
             return Ok(());

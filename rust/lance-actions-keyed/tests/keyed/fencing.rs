@@ -1,0 +1,174 @@
+//! Key fencing against real writers in both commit orders (RFC-023 §2.2, §5.3): ours against
+//! ours, against Lance's own key-filtered merge-insert, against plain Lance appends and unfiltered
+//! updates. Races are staged by hand on one base so the commit order is the test's to choose.
+
+use std::sync::Arc;
+
+use lance::Dataset;
+use lance::dataset::transaction::{Operation, Transaction};
+use lance::dataset::{CommitBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams};
+use lance_actions::actions::add_fragments::AddFragments;
+use lance_actions::{ActionTxn, OperationKind, Rule};
+use lance_actions_commit::{CommitError, DatasetActionsExt};
+use lance_actions_keyed::{ConflictCause, Error, KeyedTable};
+
+use crate::support::*;
+
+async fn stage_append(ds: &Arc<Dataset>, ids: &[i64]) -> Transaction {
+    InsertBuilder::new(ds.clone())
+        .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+        .execute_uncommitted(vec![rows(ids, 0)])
+        .await
+        .expect("stage append")
+}
+
+/// Lance's own keyed merge-insert (v2 path, so it carries Lance's filter).
+async fn stage_lance_upsert(ds: &Arc<Dataset>, on: &str, ids: &[i64]) -> Transaction {
+    let mut b = MergeInsertBuilder::try_new(ds.clone(), vec![on.into()]).expect("builder");
+    b.when_matched(WhenMatched::UpdateAll).when_not_matched(WhenNotMatched::InsertAll).use_index(false);
+    b.try_build().expect("job").execute_uncommitted_batches(vec![rows(ids, 1)]).await.expect("stage").transaction
+}
+
+/// What our strict insert commits: new fragments declaring their keys (exact set + Lance filter).
+async fn stage_keyed_insert(table: &KeyedTable, ds: &Arc<Dataset>, ids: &[i64]) -> ActionTxn {
+    let Operation::Append { fragments } = stage_append(ds, ids).await.operation else { panic!("append shape") };
+    let keys = table.key().keys_of_all(&[rows(ids, 0)]).expect("keys");
+    let add = AddFragments { fragments, keys: Some(table.key().inserted_keys(&keys).expect("key sets")) };
+    ActionTxn::new(OperationKind::Update, vec![add.into()])
+}
+
+async fn ours(ds: &Arc<Dataset>, txn: ActionTxn) -> Result<u64, CommitError> {
+    ds.action_commit().execute_actions(ds.manifest().version, txn).await.map(|(_, r)| r.version)
+}
+
+async fn lance_plain(ds: &Arc<Dataset>, txn: Transaction) -> Result<Dataset, lance::Error> {
+    CommitBuilder::new(ds.clone()).with_max_retries(0).execute(txn).await
+}
+
+fn retry_rule(result: Result<u64, CommitError>) -> Rule {
+    match result {
+        Err(CommitError::Retry { reason, .. }) => reason.rule,
+        other => panic!("expected a Retry verdict, got {:?}", other.map_err(|e| e.to_string())),
+    }
+}
+
+#[tokio::test]
+async fn two_keyed_inserts_of_one_key_conflict_in_both_orders_and_disjoint_ones_commute() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let table = keyed_table(&uri, &[1]).await;
+    for (first, second) in [(&[10i64, 11][..], &[11i64, 12][..]), (&[21, 22][..], &[20, 21][..])] {
+        let base = latest(&uri).await;
+        let a = stage_keyed_insert(&table, &base, first).await;
+        let b = stage_keyed_insert(&table, &base, second).await;
+        ours(&base, a).await.expect("first lands");
+        assert_eq!(retry_rule(ours(&base, b).await), Rule::KeysIntersect);
+    }
+    let base = latest(&uri).await;
+    let a = stage_keyed_insert(&table, &base, &[30]).await;
+    let b = stage_keyed_insert(&table, &base, &[31]).await;
+    ours(&base, a).await.expect("first lands");
+    ours(&base, b).await.expect("a disjoint keyed insert rebases");
+    assert!(duplicated(&scan(&latest(&uri).await).await).is_empty());
+}
+
+#[tokio::test]
+async fn exact_key_sets_do_not_conflict_falsely_where_lance_bloom_filters_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let table = keyed_table(&uri, &[0]).await;
+    let left: Vec<i64> = (1_000..2_000).collect();
+    let right: Vec<i64> = (2_000..3_000).collect();
+    let base = latest(&uri).await;
+    let a = stage_keyed_insert(&table, &base, &left).await;
+    let b = stage_keyed_insert(&table, &base, &right).await;
+    ours(&base, a).await.expect("first lands");
+    ours(&base, b).await.expect("1,000 disjoint keys per side: no conflict");
+    // Lance's own resolver, given the same shape through its merge-insert, conflicts (bloom).
+    let base = latest(&uri).await;
+    let a = stage_lance_upsert(&base, "id", &(3_000..4_000).collect::<Vec<_>>()).await;
+    let b = stage_lance_upsert(&base, "id", &(4_000..5_000).collect::<Vec<_>>()).await;
+    lance_plain(&base, a).await.expect("first lands");
+    assert!(lance_plain(&base, b).await.is_err(), "Lance 14's whole-bitmap test conflicts at 1,000 keys");
+}
+
+#[tokio::test]
+async fn our_keyed_insert_and_lance_keyed_merge_insert_conflict_in_both_orders() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let table = keyed_table(&uri, &[1]).await;
+    // Lance first, ours second: our driver compares the filters.
+    let base = latest(&uri).await;
+    let theirs = stage_lance_upsert(&base, "id", &[40]).await;
+    let mine = stage_keyed_insert(&table, &base, &[40]).await;
+    lance_plain(&base, theirs).await.expect("Lance's merge lands");
+    assert_eq!(retry_rule(ours(&base, mine).await), Rule::KeysIntersect);
+    // Ours first, Lance second: Lance's resolver sees the filter we set on the lowered Update.
+    let base = latest(&uri).await;
+    let mine = stage_keyed_insert(&table, &base, &[50]).await;
+    let theirs = stage_lance_upsert(&base, "id", &[50]).await;
+    ours(&base, mine).await.expect("ours lands");
+    assert!(lance_plain(&base, theirs).await.is_err(), "Lance's filtered merge must retry after ours");
+    assert!(duplicated(&scan(&latest(&uri).await).await).is_empty());
+}
+
+#[tokio::test]
+async fn a_plain_lance_append_or_unfiltered_update_committed_first_makes_our_insert_retry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    let base = latest(&uri).await;
+    let mine = stage_keyed_insert(&table, &base, &[60]).await;
+    lance_plain(&base, stage_append(&base, &[60]).await).await.expect("plain Lance append lands");
+    assert_eq!(retry_rule(ours(&base, mine).await), Rule::KeysUnverifiable);
+    // The strict insert re-run from the new base names the key.
+    match table.insert(vec![rows(&[60], 0)]).await {
+        Err(Error::KeyConflict { keys, cause: ConflictCause::AlreadyPresent }) => assert_eq!(keys.first, ["60"]),
+        other => panic!("expected a key conflict, got {other:?}"),
+    }
+    // Disjoint keys still retry against an undeclared insert (it could have held any key) ...
+    let base = latest(&uri).await;
+    let mine = stage_keyed_insert(&table, &base, &[70]).await;
+    let unfiltered = stage_lance_upsert(&base, "name", &[71]).await;
+    lance_plain(&base, unfiltered).await.expect("unfiltered merge lands");
+    assert_eq!(retry_rule(ours(&base, mine).await), Rule::KeysUnverifiable);
+    // ... and the strict insert's own re-run then lands them.
+    table.insert(vec![rows(&[70], 0)]).await.expect("re-run lands");
+    assert!(duplicated(&scan(&latest(&uri).await).await).is_empty());
+}
+
+/// The boundary (design/fencing.md): a Lance-native writer that commits *after* us through
+/// Lance's own loop is judged by Lance, whose append check ignores key filters. Our driver cannot
+/// see a commit it does not make; only keeping such writers off fenced tables closes this.
+#[tokio::test]
+async fn boundary_a_plain_lance_append_committed_after_our_insert_is_not_fenced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    let stale = latest(&uri).await;
+    let foreign = stage_append(&stale, &[80]).await;
+    table.insert(vec![rows(&[80], 0)]).await.expect("our strict insert lands");
+    lance_plain(&stale, foreign).await.expect("Lance lands the stale append without checking keys");
+    assert_eq!(duplicated(&scan(&latest(&uri).await).await), [80]);
+    // The same stale append offered to our driver never lands: it must retry against our keyed
+    // insert, and from a fresh base it is refused outright (no keyed Append).
+    let stale_again = stage_append(&stale, &[81]).await;
+    assert!(matches!(stale.action_commit().execute(stale_again).await, Err(CommitError::Retry { .. })));
+    let fresh = latest(&uri).await;
+    let fresh_append = stage_append(&fresh, &[81]).await;
+    assert!(matches!(fresh.action_commit().execute(fresh_append).await, Err(CommitError::Fail { .. })));
+}
+
+#[tokio::test]
+async fn a_stale_handle_upserts_from_the_latest_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut a = keyed_table(&uri, &[1, 2]).await;
+    let mut b = KeyedTable::open(&uri).await.expect("second handle");
+    a.upsert(vec![rows(&[2, 3], 10)]).await.expect("a");
+    // b was opened before a wrote: each attempt re-reads, so it stages on top of a.
+    let out = b.upsert(vec![rows(&[3, 4], 20)]).await.expect("b");
+    assert_eq!((out.inserted, out.updated), (1, 1), "3 was an insert for a, an update for b");
+    let scan = scan(&latest(&uri).await).await;
+    assert_eq!(scan.into_iter().collect::<Vec<_>>(), [(1, (1, 0)), (2, (1, 10)), (3, (1, 20)), (4, (1, 20))]);
+}

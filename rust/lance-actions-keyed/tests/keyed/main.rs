@@ -1,0 +1,8 @@
+//! Keyed tables on real Lance datasets. One test binary; modules inside.
+
+mod concurrency;
+mod fencing;
+mod guards;
+mod migration;
+mod routing;
+mod support;
