@@ -336,24 +336,36 @@ async fn keyed_migrate_refuses_a_different_primary_key_and_writes_nothing() {
     assert_eq!(latest.manifest().version, ds.manifest().version, "a refused migration writes nothing");
 }
 
+/// A plain Lance table (no primary key, no class): ids 0..3 on main and on branch `feature`.
+async fn create_plain(uri: &str) {
+    use lance::deps::arrow_array::{Int64Array, RecordBatch, StringArray};
+    use lance::deps::arrow_schema::{DataType, Field, Schema};
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true), Field::new("s", DataType::Utf8, true)]));
+    let columns: Vec<lance::deps::arrow_array::ArrayRef> =
+        vec![Arc::new(Int64Array::from(vec![0, 1, 2])), Arc::new(StringArray::from(vec!["a", "b", "c"]))];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    let mut ds = lance::dataset::InsertBuilder::new(uri).execute(vec![batch]).await.expect("plain table");
+    ds.create_branch("feature", 1, None).await.expect("branch");
+}
+
 #[tokio::test]
-#[ignore = "lance-actions-keyed bug: migrate's final fencing stamp is refused by UpdateConfig::validate \
-            ('lance-actions.fencing-format' of a keyed table cannot change once set)"]
-async fn keyed_migrate_installs_the_key_on_a_plain_table_and_fences_inserts() {
+async fn keyed_migrate_installs_the_key_on_every_branch_of_a_plain_table_and_fences_inserts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("plain").to_str().expect("utf-8").to_string();
-    create_sample(&uri).await.expect("sample");
-    let row = jsonl(dir.path(), "row.jsonl", &[r#"{"id": 0, "v": 0, "s": "again"}"#]);
+    create_plain(&uri).await;
+    let row = jsonl(dir.path(), "row.jsonl", &[r#"{"id": 0, "s": "again"}"#]);
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id"]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("main: installed at v") && out.contains("32 row(s)"), "{out}");
-    assert!(out.contains("fencing stamp: written"), "{out}");
+    assert!(out.contains("main: installed at v") && out.contains("feature: installed at v"), "{out}");
+    assert!(out.contains("3 row(s)") && out.contains("fencing stamp: written"), "{out}");
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(v["branches"][0]["step"], "already_keyed", "{v}");
+    assert_eq!(v["branches"][1]["branch"], "feature", "{v}");
     assert_eq!(v["stamped"], false, "{v}");
 
     let (code, _, err) = run_code(&["keyed", "migrate", &uri, "--key", "s"]);
@@ -362,4 +374,10 @@ async fn keyed_migrate_installs_the_key_on_a_plain_table_and_fences_inserts() {
 
     let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &row]);
     assert_eq!(code, Some(3), "{err}");
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &row, "--branch", "feature"]);
+    assert_eq!(code, Some(3), "{err}");
+    let new = jsonl(dir.path(), "new.jsonl", &[r#"{"id": 3, "s": "d"}"#]);
+    let (code, out, err) = run_code(&["keyed", "insert", &uri, "--input", &new, "--branch", "feature"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("(feature): inserted 1"), "{out}");
 }
