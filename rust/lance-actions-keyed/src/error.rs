@@ -73,9 +73,7 @@ pub enum Error {
     #[snafu(display("the rows given do not fit the table: {detail}"))]
     Input { detail: String },
 
-    #[snafu(display(
-        "key column '{column}' has type {data_type}; a key is a string, binary or integer column"
-    ))]
+    #[snafu(display("key column '{column}' has type {data_type}; a key is a string, binary or integer column"))]
     UnsupportedKeyType { column: String, data_type: String },
 
     #[snafu(display("{uri} is not a keyed table ({class}); create it keyed or run `lance-actions keyed migrate`"))]

@@ -73,10 +73,9 @@ impl KeySpec {
     pub fn inserted_keys(&self, keys: &[KeyValue]) -> Result<InsertedKeys> {
         let mut bloom = KeyExistenceFilterBuilder::new(self.field_ids.clone());
         for key in keys {
-            bloom.insert(key.clone()).map_err(|source| Error::Lance {
-                what: "building Lance's key filter".into(),
-                source,
-            })?;
+            bloom
+                .insert(key.clone())
+                .map_err(|source| Error::Lance { what: "building Lance's key filter".into(), source })?;
         }
         let exact = KeyHashSet::from_hashes(self.field_ids.clone(), keys.iter().map(hash_key));
         Ok(InsertedKeys { lance_filter: Some(bloom.build()), exact: Some(exact) })

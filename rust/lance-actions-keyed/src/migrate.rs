@@ -116,9 +116,12 @@ async fn verify_branch(head: &Dataset, branch: &str, key: &[String]) -> Result<u
             return Err(Error::MissingKeyColumn { branch: branch.into(), column: name.clone() });
         };
         let probe = KeySpec { names: vec![name.clone()], field_ids: vec![field.id] };
-        let empty = arrow_array::RecordBatch::new_empty(Arc::new(arrow_schema::Schema::new(vec![
-            arrow_schema::Field::new(name, field.data_type(), true),
-        ])));
+        let empty =
+            arrow_array::RecordBatch::new_empty(Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+                name,
+                field.data_type(),
+                true,
+            )])));
         probe.check_batch_schema(&empty)?;
     }
     let (rows, nulls, dups) = scan_keys(head, key).await?;

@@ -78,19 +78,30 @@ pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Res
 /// Stage an overwrite of `dataset` with `batches` (whose schema carries the key metadata).
 pub(crate) async fn overwrite(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
     let params = WriteParams { mode: WriteMode::Overwrite, ..Default::default() };
-    InsertBuilder::new(dataset.clone()).with_params(&params).execute_uncommitted(batches).await.lance("staging an overwrite")
+    InsertBuilder::new(dataset.clone())
+        .with_params(&params)
+        .execute_uncommitted(batches)
+        .await
+        .lance("staging an overwrite")
 }
 
 /// Stage a plain append. Only [`crate::KeylessTable`] calls this: the class check there is what
 /// makes it legal (RFC-023 §4.2).
 pub(crate) async fn keyless_append(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
     let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
-    InsertBuilder::new(dataset.clone()).with_params(&params).execute_uncommitted(batches).await.lance("staging an append")
+    InsertBuilder::new(dataset.clone())
+        .with_params(&params)
+        .execute_uncommitted(batches)
+        .await
+        .lance("staging an append")
 }
 
 fn unexpected(what: &str, txn: &Transaction) -> Error {
     Error::Lance {
         what: what.into(),
-        source: lance::Error::internal(format!("Lance staged an unexpected {} operation", lance_actions::OperationKind::of(&txn.operation).code())),
+        source: lance::Error::internal(format!(
+            "Lance staged an unexpected {} operation",
+            lance_actions::OperationKind::of(&txn.operation).code()
+        )),
     }
 }

@@ -170,7 +170,9 @@ impl KeyedTable {
     pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
         let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
         let Some(first) = batches.first() else {
-            return Err(Error::Input { detail: "give at least one batch (it may be empty) to define the schema".into() });
+            return Err(Error::Input {
+                detail: "give at least one batch (it may be empty) to define the schema".into(),
+            });
         };
         let schema = Arc::new(with_primary_key(first.schema().as_ref(), &key)?);
         let spec = KeySpec { names: key.clone(), field_ids: Vec::new() };
@@ -287,7 +289,9 @@ impl KeylessTable {
                     });
                 }
                 Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
-                Err(CommitError::RetriesExhausted { attempts, .. }) => last = format!("{attempts} commit attempts lost"),
+                Err(CommitError::RetriesExhausted { attempts, .. }) => {
+                    last = format!("{attempts} commit attempts lost")
+                }
                 Err(source) => return Err(Error::Commit { source }),
             }
         }

@@ -138,7 +138,8 @@ impl KeyedTable {
             self.refresh().await?;
             outcome.attempts += 1;
             let (matched, not_matched) = kind.behaviour();
-            let staged = stage::merge_on_key(&self.dataset, &self.key.names, matched, not_matched, chunk.clone()).await?;
+            let staged =
+                stage::merge_on_key(&self.dataset, &self.key.names, matched, not_matched, chunk.clone()).await?;
             if kind == Merge::UpdatePresent && staged.stats.num_updated_rows != keys.len() as u64 {
                 let present = present_keys(&self.dataset, &self.key, &keys).await?;
                 let missing: Vec<KeyValue> = keys.iter().filter(|k| !present.contains(k)).cloned().collect();
@@ -148,7 +149,8 @@ impl KeyedTable {
                 Merge::Upsert => keys.as_slice(),
                 Merge::UpdatePresent => &[],
             };
-            let txn = self.with_declared_keys(lift(&staged.transaction.operation), staged.inserted_rows_filter, declared)?;
+            let txn =
+                self.with_declared_keys(lift(&staged.transaction.operation), staged.inserted_rows_filter, declared)?;
             let mut commit = self.dataset.action_commit();
             if let Some(rows) = staged.affected_rows {
                 commit = commit.with_affected_rows(rows);

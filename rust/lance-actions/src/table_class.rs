@@ -56,9 +56,7 @@ impl TableClass {
 
 /// Field names from the comma-separated config value; empty names are dropped.
 pub fn parse_key_names(value: Option<&String>) -> Vec<String> {
-    value
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-        .unwrap_or_default()
+    value.map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()).unwrap_or_default()
 }
 
 /// The schema's unenforced primary key as (field ids, field names), in key order.

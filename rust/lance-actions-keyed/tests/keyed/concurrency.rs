@@ -146,7 +146,7 @@ async fn process_writer_child() {
         return;
     };
     let w: i64 = w.parse().expect("writer id");
-    let mut rng = StdRng::seed_from_u64(seed() ^ (w as u64 + 1) * 0x9e37_79b9);
+    let mut rng = StdRng::seed_from_u64(seed() ^ ((w as u64 + 1) * 0x9e37_79b9));
     let pool: Vec<i64> = (0..60).collect();
     let mut f = std::fs::File::create(out).expect("log file");
     for _ in 0..8 {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use lance::Dataset;
 use lance::dataset::transaction::{Operation, Transaction};
-use lance::dataset::{CommitBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams};
+use lance::dataset::{
+    CommitBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
+};
 use lance_actions::actions::add_fragments::AddFragments;
 use lance_actions::{ActionTxn, OperationKind, Rule};
 use lance_actions_commit::{CommitError, DatasetActionsExt};

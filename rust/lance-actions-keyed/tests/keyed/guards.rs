@@ -178,11 +178,8 @@ fn production_sources() -> Vec<(String, String)> {
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).expect("source");
-            let code: String = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .map(|l| format!("{l}\n"))
-                .collect();
+            let code: String =
+                text.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect();
             let rel = p.strip_prefix(&root).expect("under rust/").to_string_lossy().replace('\\', "/");
             (rel, code)
         })

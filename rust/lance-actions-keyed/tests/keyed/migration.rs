@@ -209,7 +209,8 @@ async fn after_the_stamp_a_schema_change_must_keep_the_key() {
     if let Some(f) = kept.mut_field_by_id(name) {
         f.metadata.insert("doc".into(), "display name".into());
     }
-    let txn = ActionTxn::new(OperationKind::Project, vec![ChangeSchema { schema: kept, preserves_nullability: true }.into()]);
+    let txn =
+        ActionTxn::new(OperationKind::Project, vec![ChangeSchema { schema: kept, preserves_nullability: true }.into()]);
     ds.action_commit().execute_actions(ds.manifest().version, txn).await.expect("a key-preserving change lands");
     KeyedTable::open(&uri).await.expect("still keyed");
 }

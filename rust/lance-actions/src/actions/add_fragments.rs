@@ -16,8 +16,8 @@ use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_ve
 use crate::context::TxnContext;
 use crate::keys::InsertedKeys;
 use crate::path::{ConfigMap, KeyKind, ManifestPath, Mask};
-use crate::table_class::{self, TableClass};
 use crate::state::TableState;
+use crate::table_class::{self, TableClass};
 use crate::verdict::{Reason, Rule, Verdict};
 
 #[derive(Debug, Clone, PartialEq)]

@@ -8,10 +8,10 @@ use lance_table::transaction::UpdateMap;
 use lance_table::transaction::UpdateMapEntry;
 
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
-use crate::table_class::{FROZEN_KEYS, TableClass, check_primary_key};
 use crate::context::{OperationKind, TxnContext};
 use crate::path::{ConfigMap, ManifestPath, Mask};
 use crate::state::TableState;
+use crate::table_class::{FROZEN_KEYS, TableClass, check_primary_key};
 use crate::verdict::{Reason, Rule, Verdict};
 
 #[derive(Debug, Clone, PartialEq)]
