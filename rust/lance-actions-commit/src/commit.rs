@@ -108,6 +108,7 @@ pub struct ActionCommit {
     max_attempts: usize,
     affected_rows: Option<RowAddrTreeMap>,
     base_backoff: Duration,
+    properties: HashMap<String, String>,
 }
 
 /// The extension of `lance::Dataset`: commit staged work through the action driver.
@@ -122,6 +123,7 @@ impl DatasetActionsExt for Arc<Dataset> {
             max_attempts: 20,
             affected_rows: None,
             base_backoff: Duration::from_millis(2),
+            properties: HashMap::new(),
         }
     }
 }
@@ -146,11 +148,19 @@ impl ActionCommit {
         self
     }
 
+    /// Extra transaction properties to record with the commit (provenance, for example). Keys of
+    /// this project's own (`lance-actions.v1`, the history) are always ours.
+    pub fn with_properties(mut self, properties: HashMap<String, String>) -> Self {
+        self.properties.extend(properties);
+        self
+    }
+
     /// Commit a transaction staged with Lance's own uncommitted writers.
     pub async fn execute(self, staged: Transaction) -> CommitResult<(Dataset, CommitReport)> {
         let mut actions = actions_of(&staged).map_err(|source| CommitError::Lower { source })?;
         attach_affected_rows(&mut actions, self.affected_rows.as_ref());
-        let props = staged.transaction_properties.as_deref().cloned().unwrap_or_default();
+        let mut props = staged.transaction_properties.as_deref().cloned().unwrap_or_default();
+        props.extend(self.properties.clone());
         self.run(staged.read_version, actions, staged.uuid.clone(), staged.tag.clone(), props).await
     }
 
@@ -162,7 +172,8 @@ impl ActionCommit {
     ) -> CommitResult<(Dataset, CommitReport)> {
         attach_affected_rows(&mut actions, self.affected_rows.as_ref());
         let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-        self.run(read_version, actions, uuid, None, HashMap::new()).await
+        let props = self.properties.clone();
+        self.run(read_version, actions, uuid, None, props).await
     }
 
     async fn run(

@@ -62,10 +62,8 @@ pub async fn derive_affected_rows(at_read: &Arc<Dataset>, txn: &Transaction) -> 
     Ok(any.then_some(map))
 }
 
-pub(crate) async fn deleted_rows(
-    dataset: &Arc<Dataset>,
-    fragment: &lance_table::format::Fragment,
-) -> Result<RoaringBitmap> {
+/// The row offsets deleted in `fragment`, read through `dataset` (which resolves its base paths).
+pub async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
     let vector = FileFragment::new(dataset.clone(), fragment.clone())
         .get_deletion_vector()
         .await

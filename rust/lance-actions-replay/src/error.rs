@@ -1,0 +1,72 @@
+//! Typed errors of branch replay. Conflicts are not errors: they come back as data in an outcome.
+
+use lance_actions_commit::CommitError;
+use snafu::Snafu;
+
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum Error {
+    #[snafu(display("no branch named '{name}' (neither mapped nor a Lance branch)"))]
+    NoSuchBranch { name: String },
+
+    #[snafu(display("a branch named '{name}' already exists"))]
+    BranchExists { name: String },
+
+    #[snafu(display("'{name}' is not a valid branch name: {why}"))]
+    InvalidName { name: String, why: String },
+
+    #[snafu(display("version {version} of '{branch}' cannot be replayed: {why}; nothing was written"))]
+    NotReplayable { branch: String, version: u64, why: String },
+
+    #[snafu(display("version {version} is not in the history of '{branch}' since it forked from '{target}'"))]
+    NotInHistory { branch: String, version: u64, target: String },
+
+    #[snafu(display(
+        "cannot fast-forward '{target}' to '{from}': '{target}' has {commits} commit(s) of its own since they forked"
+    ))]
+    NotFastForward { from: String, target: String, commits: usize },
+
+    #[snafu(display(
+        "branch '{name}' changed while we worked on it (another rebase or delete won the race); nothing of ours is left behind"
+    ))]
+    NameRace { name: String },
+
+    #[snafu(display("branch '{name}' is still referenced by {dependants:?}; merge or delete those first"))]
+    InUse { name: String, dependants: Vec<String> },
+
+    #[snafu(display("'main' cannot be {what}"))]
+    Main { what: String },
+
+    #[snafu(display("gave up after {attempts} attempts: concurrent writers kept changing '{branch}' ({last})"))]
+    Contention { branch: String, attempts: usize, last: String },
+
+    #[snafu(display("{source}"))]
+    Commit { source: CommitError },
+
+    #[snafu(display("{what}: {source}"))]
+    Lance { what: String, source: lance::Error },
+
+    #[snafu(display("{source}"))]
+    Layer { source: lance_actions_commit::Error },
+
+    #[snafu(display("{source}"))]
+    Model { source: lance_actions::Error },
+}
+
+impl From<lance_actions_commit::Error> for Error {
+    fn from(source: lance_actions_commit::Error) -> Self {
+        Error::Layer { source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) trait LanceContext<T> {
+    fn lance(self, what: impl Into<String>) -> Result<T>;
+}
+
+impl<T> LanceContext<T> for std::result::Result<T, lance::Error> {
+    fn lance(self, what: impl Into<String>) -> Result<T> {
+        self.map_err(|source| Error::Lance { what: what.into(), source })
+    }
+}

@@ -1,0 +1,482 @@
+//! The primitive: replay commits of a source history onto a target branch, as actions through the
+//! same driver as any other commit.
+//!
+//! A [`Session`] holds what both sides did since their merge base. Each source commit is bound to
+//! the target ([`crate::remap`]), judged by the pure driver against the target's own commits since
+//! the merge base (what the source never saw), and, when it commutes, committed through the commit
+//! loop, which judges any writer that lands on the target meanwhile. A dry run stops before the
+//! first write and simulates the rest on the model's table state.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use lance::Dataset;
+use lance_actions::actions::add_bases::AddBases;
+use lance_actions::{Action, ActionTxn, AnyAction, Inputs, OperationKind, Peer, RebaseFacts, TableState, Verdict};
+use lance_actions::{Reason, resolve};
+use lance_actions_commit::history::actions_of;
+use lance_actions_commit::judge::{deleted_rows, table_state};
+use lance_actions_commit::{CommitError, DatasetActionsExt};
+use lance_table::format::{BasePath, Fragment};
+use roaring::RoaringBitmap;
+
+use crate::error::{Error, LanceContext, Result};
+use crate::graft::Graft;
+use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
+use crate::provenance::{self, known_transactions, new_fragment_ids, replayed_from};
+use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
+
+/// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
+#[derive(Debug, Clone)]
+pub struct SourceCommit {
+    pub chain: Chain,
+    pub version: u64,
+    pub uuid: String,
+    pub actions: ActionTxn,
+    /// Fragment ids this commit created on its chain, ascending.
+    pub new_ids: Vec<u64>,
+    /// The transaction this commit was itself replayed from, if any.
+    pub replayed_from: Option<String>,
+}
+
+/// Why a replayed commit does not commute with what the target did since the merge base.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    pub source_branch: String,
+    pub source_version: u64,
+    /// The replayed action that conflicts, the target's commit it conflicts with and the path.
+    pub reason: Reason,
+    /// True for Retry (the same work may go through once re-planned), false for Fail.
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@v{}: {}", self.source_branch, self.source_version, self.reason)
+    }
+}
+
+/// One replayed commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landed {
+    pub source_version: u64,
+    /// The target version it landed at (in a dry run, the version it would land at).
+    pub target_version: u64,
+}
+
+/// Row facts for judging a replay: deletion vectors read through the chain each file belongs to.
+#[derive(Default)]
+struct ReplayFacts {
+    rows: HashMap<(u64, u64, u64, Option<u32>), RoaringBitmap>,
+}
+
+fn deletion_key(f: &Fragment) -> Option<(u64, u64, u64, Option<u32>)> {
+    f.deletion_file.as_ref().map(|d| (f.id, d.read_version, d.id, d.base_id))
+}
+
+impl RebaseFacts for ReplayFacts {
+    fn deleted_rows(&self, fragment: &Fragment) -> Option<RoaringBitmap> {
+        match deletion_key(fragment) {
+            None => Some(RoaringBitmap::new()),
+            Some(key) => self.rows.get(&key).cloned(),
+        }
+    }
+}
+
+impl ReplayFacts {
+    async fn load(&mut self, dataset: &Arc<Dataset>, fragment: &Fragment) -> Result<()> {
+        if let Some(key) = deletion_key(fragment)
+            && !self.rows.contains_key(&key)
+        {
+            self.rows.insert(key, deleted_rows(dataset, fragment).await?);
+        }
+        Ok(())
+    }
+}
+
+/// Both sides of a replay since their merge base.
+pub struct Session {
+    root: Dataset,
+    pub source: Chain,
+    pub target: Chain,
+    pub base: Point,
+    base_state: TableState,
+    base_dataset: Arc<Dataset>,
+    /// Source commits not yet in the target, oldest first.
+    pub pending: Vec<SourceCommit>,
+    /// Source versions skipped because the target already has them (or they only grafted bases).
+    pub skipped: Vec<u64>,
+    fragments: FragmentMap,
+    source_known: BTreeSet<String>,
+    operation: String,
+    target_root: String,
+}
+
+impl Session {
+    /// Read both histories since the merge base. `only` restricts the source commits to these
+    /// versions of the source branch (cherry-pick).
+    pub async fn open(
+        root: &Dataset,
+        source: &Chain,
+        target: &Chain,
+        only: Option<&[u64]>,
+        operation: &str,
+    ) -> Result<Self> {
+        let source_lineage = Lineage::of(root, source, None).await?;
+        let target_lineage = Lineage::of(root, target, None).await?;
+        Self::between(root, source, &source_lineage, target, &target_lineage, only, operation).await
+    }
+
+    pub(crate) async fn between(
+        root: &Dataset,
+        source: &Chain,
+        source_lineage: &Lineage,
+        target: &Chain,
+        target_lineage: &Lineage,
+        only: Option<&[u64]>,
+        operation: &str,
+    ) -> Result<Self> {
+        let base = source_lineage.merge_base(target_lineage);
+        let base_dataset = Arc::new(open_version(root, &base.chain, base.version).await?);
+        let base_state = table_state(&base_dataset).await?;
+        let source_history = commits(root, &source_lineage.segments_since(&base)).await?;
+        let target_history = commits(root, &target_lineage.segments_since(&base)).await?;
+        if let Some(versions) = only {
+            for v in versions {
+                if !source_history.iter().any(|c| c.chain == *source && c.version == *v) {
+                    return Err(Error::NotInHistory {
+                        branch: chain_name(source).into(),
+                        version: *v,
+                        target: chain_name(target).into(),
+                    });
+                }
+            }
+        }
+        let target_known = known_transactions(&target_history);
+        let target_root = open_chain(root, target).await?.branch_location().uri;
+        let source_known = known_transactions(&source_history);
+        let mut session = Session {
+            root: root.clone(),
+            source: source.clone(),
+            target: target.clone(),
+            base,
+            fragments: FragmentMap::new(base_state.max_fragment_id),
+            base_state,
+            base_dataset,
+            pending: Vec::new(),
+            skipped: Vec::new(),
+            source_known,
+            operation: operation.to_string(),
+            target_root,
+        };
+        let mut all = Vec::new();
+        for c in &source_history {
+            all.push(session.source_commit(c).await?);
+        }
+        session.map_already_replayed(&all, &target_history).await?;
+        for s in all {
+            let wanted = only.is_none_or(|v| s.chain == *source && v.contains(&s.version));
+            let in_target =
+                target_known.contains(&s.uuid) || s.replayed_from.as_ref().is_some_and(|u| target_known.contains(u));
+            if in_target || is_graft_only(&s.actions) {
+                if wanted {
+                    session.skipped.push(s.version);
+                }
+            } else if wanted {
+                session.pending.push(s);
+            }
+        }
+        Ok(session)
+    }
+
+    /// A source commit with its deletion-vector changes' rows filled in from the source's vectors.
+    async fn source_commit(&self, c: &Commit) -> Result<SourceCommit> {
+        let mut actions = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
+        let needs_rows = actions
+            .actions
+            .iter()
+            .any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.affected_rows.is_none()));
+        if needs_rows {
+            let after = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
+            let before = Arc::new(
+                after.checkout_version(c.version - 1).await.lance(format!("opening version {}", c.version - 1))?,
+            );
+            for action in actions.actions.iter_mut() {
+                let AnyAction::UpdateDeletionVector(u) = action else { continue };
+                if u.affected_rows.is_some() {
+                    continue;
+                }
+                let now = deleted_rows(&after, &u.fragment).await?;
+                let was = match before.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
+                    Some(f) => deleted_rows(&before, f).await?,
+                    None => RoaringBitmap::new(),
+                };
+                u.affected_rows = Some(now - was);
+            }
+        }
+        Ok(SourceCommit {
+            chain: c.chain.clone(),
+            version: c.version,
+            uuid: c.txn.uuid.clone(),
+            new_ids: new_fragment_ids(&self.root, &c.chain, c.version).await?,
+            replayed_from: replayed_from(&c.txn).map(String::from),
+            actions,
+        })
+    }
+
+    /// Fragments of source commits the target already has (replayed earlier, or replayed from
+    /// the target in the first place) map to the target's ids.
+    async fn map_already_replayed(&mut self, source: &[SourceCommit], target_history: &[Commit]) -> Result<()> {
+        for t in target_history {
+            let twin = source.iter().find(|s| {
+                replayed_from(&t.txn) == Some(s.uuid.as_str())
+                    || s.replayed_from.as_deref() == Some(t.txn.uuid.as_str())
+            });
+            if let Some(s) = twin
+                && !s.new_ids.is_empty()
+            {
+                let target_new = new_fragment_ids(&self.root, &t.chain, t.version).await?;
+                self.fragments.record(&s.new_ids, &target_new).map_err(|why| Error::NotReplayable {
+                    branch: chain_name(&s.chain).into(),
+                    version: s.version,
+                    why,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The target's own commits since the merge base (what the source never saw), as peers, with
+    /// the row facts their deletion vectors need.
+    async fn target_peers(&self) -> Result<(Vec<Peer>, ReplayFacts)> {
+        let lineage = Lineage::of(&self.root, &self.target, None).await?;
+        let history = commits(&self.root, &lineage.segments_since(&self.base)).await?;
+        let mut peers = Vec::new();
+        let mut facts = ReplayFacts::default();
+        for c in history {
+            let ours = self.source_known.contains(&c.txn.uuid)
+                || replayed_from(&c.txn).is_some_and(|u| self.source_known.contains(u) || self.is_pending(u));
+            if ours {
+                continue;
+            }
+            let txn = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
+            if is_bookkeeping(&txn) {
+                continue;
+            }
+            let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
+            for a in &txn.actions {
+                if let AnyAction::UpdateDeletionVector(u) = a {
+                    facts.load(&at, &u.fragment).await?;
+                    if let Some(b) = self.base_state.fragment(u.fragment.id) {
+                        facts.load(&self.base_dataset, b).await?;
+                    }
+                }
+            }
+            peers.push(Peer::new(c.version, txn));
+        }
+        Ok((peers, facts))
+    }
+
+    fn is_pending(&self, uuid: &str) -> bool {
+        self.pending.iter().any(|s| s.uuid == uuid)
+    }
+
+    /// Bind one source commit to `head`: the bases it needs and its actions. A refusal is typed.
+    fn bind(
+        &self,
+        step: &SourceCommit,
+        head: &TableState,
+        source_ds: &Dataset,
+        fragments: &FragmentMap,
+    ) -> Result<(Vec<BasePath>, ActionTxn)> {
+        let mut graft = Graft::new(
+            &self.target_root,
+            &head.bases,
+            &source_ds.branch_location().uri,
+            chain_name(&step.chain),
+            &source_ds.manifest().base_paths,
+        );
+        let mut cx = RemapCx { graft: &mut graft, fragments, head };
+        let txn = remap(&step.actions, &mut cx).map_err(|why| Error::NotReplayable {
+            branch: chain_name(&step.chain).into(),
+            version: step.version,
+            why,
+        })?;
+        Ok((graft.new_bases, txn))
+    }
+
+    fn conflict(&self, step: &SourceCommit, verdict: Verdict) -> Option<Conflict> {
+        let (reason, retryable) = match verdict {
+            Verdict::Ok => return None,
+            Verdict::Retry(r) => (r, true),
+            Verdict::Fail(r) => (r, false),
+        };
+        Some(Conflict {
+            source_branch: chain_name(&step.chain).into(),
+            source_version: step.version,
+            reason,
+            retryable,
+        })
+    }
+
+    /// Judge every pending commit in order on the model's table state, writing nothing. Returns
+    /// the bases the target must gain, the would-be landed versions, or the first conflict.
+    pub async fn plan(&self) -> Result<Result<(Vec<BasePath>, Vec<Landed>), Conflict>> {
+        let target = Arc::new(open_chain(&self.root, &self.target).await?);
+        let mut head = table_state(&target).await?;
+        let (peers, facts) = self.target_peers().await?;
+        let mut fragments = self.fragments.clone();
+        let mut bases = Vec::new();
+        let mut landed = Vec::new();
+        let mut version = head.version;
+        for step in &self.pending {
+            let source_ds = open_version(&self.root, &step.chain, step.version).await?;
+            let (new_bases, txn) = self.bind(step, &head, &source_ds, &fragments)?;
+            if !new_bases.is_empty() {
+                apply(
+                    &mut head,
+                    &ActionTxn::new(OperationKind::UpdateBases, vec![AddBases { bases: new_bases.clone() }.into()]),
+                );
+                bases.extend(new_bases);
+                version += 1;
+            }
+            let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
+            if let Some(c) = self.conflict(step, r.verdict) {
+                return Ok(Err(c));
+            }
+            let assigned = apply(&mut head, &r.txn);
+            fragments.record(&step.new_ids, &assigned).map_err(|why| Error::NotReplayable {
+                branch: chain_name(&step.chain).into(),
+                version: step.version,
+                why,
+            })?;
+            version += 1;
+            landed.push(Landed { source_version: step.version, target_version: version });
+        }
+        Ok(Ok((bases, landed)))
+    }
+
+    /// Replay every pending commit for real, one commit each (plus one commit adding the bases the
+    /// first replay from a location needs). Stops at the first conflict; what landed before it
+    /// stays (each replay is atomic, the sequence is not).
+    pub async fn execute(&mut self, max_attempts: usize) -> Result<Result<Vec<Landed>, (Vec<Landed>, Conflict)>> {
+        let mut landed = Vec::new();
+        let pending = std::mem::take(&mut self.pending);
+        for (i, step) in pending.iter().enumerate() {
+            // Later steps are still pending for the peer filter: their replays are ours.
+            self.pending = pending[i..].to_vec();
+            match self.execute_step(step, max_attempts).await? {
+                Ok(l) => landed.push(l),
+                Err(c) => return Ok(Err((landed, c))),
+            }
+        }
+        self.pending.clear();
+        Ok(Ok(landed))
+    }
+
+    async fn execute_step(&mut self, step: &SourceCommit, max_attempts: usize) -> Result<Result<Landed, Conflict>> {
+        let source_ds = open_version(&self.root, &step.chain, step.version).await?;
+        let mut last = String::new();
+        for _ in 0..max_attempts.max(1) {
+            let target = Arc::new(open_chain(&self.root, &self.target).await?);
+            let head = table_state(&target).await?;
+            let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
+            if !bases.is_empty() {
+                self.add_bases(&target, bases).await?;
+                continue;
+            }
+            let (peers, facts) = self.target_peers().await?;
+            let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
+            if let Some(c) = self.conflict(step, r.verdict) {
+                return Ok(Err(c));
+            }
+            let props = provenance::properties(&step.chain, step.version, &step.uuid, &self.operation);
+            match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
+                Ok((ds, report)) => {
+                    let target_new = new_fragment_ids(&self.root, &self.target, report.version).await?;
+                    self.fragments.record(&step.new_ids, &target_new).map_err(|why| Error::NotReplayable {
+                        branch: chain_name(&step.chain).into(),
+                        version: step.version,
+                        why,
+                    })?;
+                    self.pin(step, &ds).await?;
+                    return Ok(Ok(Landed { source_version: step.version, target_version: report.version }));
+                }
+                // A writer landed on the target meanwhile: bind again on the new head.
+                Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
+                Err(CommitError::RetriesExhausted { attempts, .. }) => last = format!("{attempts} attempts lost"),
+                Err(source) => return Err(Error::Commit { source }),
+            }
+        }
+        Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: max_attempts, last })
+    }
+
+    async fn add_bases(&self, target: &Arc<Dataset>, bases: Vec<BasePath>) -> Result<()> {
+        let txn = ActionTxn::new(OperationKind::UpdateBases, vec![AddBases { bases }.into()]);
+        match target.action_commit().execute_actions(target.manifest().version, txn).await {
+            // A concurrent graft of the same location: the next attempt finds and reuses it.
+            Ok(_) | Err(CommitError::Retry { .. } | CommitError::Fail { .. }) => Ok(()),
+            Err(source) => Err(Error::Commit { source }),
+        }
+    }
+
+    /// Pin the source version the target now reads files from: a Lance tag keeps that version's
+    /// files from `cleanup_old_versions` and the source branch from being deleted under the target.
+    async fn pin(&self, step: &SourceCommit, _target: &Dataset) -> Result<()> {
+        let name = graft_tag(&self.target, &step.chain, step.version);
+        let tags = self.root.tags();
+        if tags.get(&name).await.is_ok() {
+            return Ok(());
+        }
+        tags.create(&name, (chain_name(&step.chain), step.version)).await.lance(format!(
+            "pinning version {} of '{}'",
+            step.version,
+            chain_name(&step.chain)
+        ))
+    }
+}
+
+/// The tag pinning a source version a target grafted: `graft-<target>-<source>-v<version>`, the
+/// names hex-encoded (tag names allow neither '/' nor an unambiguous separator otherwise).
+pub fn graft_tag(target: &Chain, source: &Chain, version: u64) -> String {
+    format!("graft-{}-{}-v{version}", hex(chain_name(target)), hex(chain_name(source)))
+}
+
+pub(crate) fn hex(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Commits that change no table content: grafted bases and the branch-name mapping. They never
+/// conflict with a replay and do not make a merge more than a fast-forward.
+fn is_bookkeeping(txn: &ActionTxn) -> bool {
+    is_graft_only(txn)
+        || (!txn.actions.is_empty()
+            && txn.actions.iter().all(|a| match a {
+                AnyAction::UpdateConfig(u) => {
+                    u.map == lance_actions::path::ConfigMap::Config
+                        && u.update.update_entries.iter().all(|e| e.key.starts_with(crate::names::NAME_PREFIX))
+                }
+                _ => false,
+            }))
+}
+
+/// Apply a transaction to the model's state; returns the fragment ids it bound, ascending.
+fn apply(state: &mut TableState, txn: &ActionTxn) -> Vec<u64> {
+    let mut context = txn.context.clone();
+    context.assigned_fragment_ids.clear();
+    for action in &txn.actions {
+        action.apply(state, &mut context);
+    }
+    state.version += 1;
+    let mut ids = context.assigned_fragment_ids;
+    ids.sort_unstable();
+    ids
+}
+
+impl Session {
+    /// How many commits of its own the target made since the merge base (not counting replays of
+    /// the source's commits): zero means a merge is a fast-forward.
+    pub async fn target_own_commits(&self) -> Result<usize> {
+        Ok(self.target_peers().await?.0.len())
+    }
+}

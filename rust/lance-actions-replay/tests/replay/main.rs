@@ -1,0 +1,7 @@
+//! Branch replay on real Lance datasets. One test binary; modules inside.
+
+mod names;
+mod operations;
+mod primitive;
+mod property;
+mod support;

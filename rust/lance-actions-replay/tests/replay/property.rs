@@ -1,0 +1,80 @@
+//! For random histories on two branches, a merge succeeds iff no replayed commit conflicts (here:
+//! no row deleted on both sides), and the merged rows equal applying the same logical writes to
+//! the target directly.
+
+use std::collections::BTreeSet;
+
+use lance_actions_replay::{Outcome, ReplayOptions};
+use proptest::prelude::*;
+
+use crate::support::*;
+
+#[derive(Debug, Clone)]
+enum Write {
+    Append(i64),
+    Delete(i64),
+}
+
+fn writes(offset: i64) -> impl Strategy<Value = Vec<Write>> {
+    proptest::collection::vec(
+        prop_oneof![(1i64..4).prop_map(move |n| Write::Append(offset + n)), (0i64..30).prop_map(Write::Delete)],
+        1..4,
+    )
+}
+
+async fn apply(
+    b: &lance_actions_replay::Branches,
+    branch: &str,
+    ws: &[Write],
+    model: &mut BTreeSet<i64>,
+    next: &mut i64,
+) -> BTreeSet<i64> {
+    let mut deleted = BTreeSet::new();
+    for w in ws {
+        match w {
+            Write::Append(n) => {
+                let ids: Vec<i64> = (*next..*next + n).collect();
+                *next += n;
+                append(b, branch, &ids).await;
+                model.extend(ids);
+            }
+            Write::Delete(id) if model.contains(id) => {
+                delete(b, branch, &format!("id = {id}")).await;
+                model.remove(id);
+                deleted.insert(*id);
+            }
+            Write::Delete(_) => {}
+        }
+    }
+    deleted
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 0, ..ProptestConfig::default() })]
+    #[test]
+    fn merge_succeeds_iff_no_row_is_deleted_on_both_sides(main_ws in writes(1_000), feature_ws in writes(2_000)) {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let uri = temp_uri(&dir);
+            let base: BTreeSet<i64> = (0..30).collect();
+            let b = create(&uri, &base.iter().copied().collect::<Vec<_>>()).await;
+            b.create("feature", "main", None).await.expect("branch");
+            let (mut on_main, mut on_feature) = (base.clone(), base.clone());
+            let (mut next_main, mut next_feature) = (1_000, 100_000);
+            let dm = apply(&b, "main", &main_ws, &mut on_main, &mut next_main).await;
+            let df = apply(&b, "feature", &feature_ws, &mut on_feature, &mut next_feature).await;
+            let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+            let both = dm.intersection(&df).count() > 0;
+            match out {
+                Outcome::Conflicted { .. } => assert!(both, "a false conflict: main {dm:?}, feature {df:?}"),
+                _ => {
+                    assert!(!both, "a missed conflict: both deleted {:?}", dm.intersection(&df).collect::<Vec<_>>());
+                    // The same logical writes applied directly: both sides' additions, both sides' deletions.
+                    let expected: BTreeSet<i64> = on_main.union(&on_feature).filter(|i| !dm.contains(i) && !df.contains(i)).copied().collect();
+                    assert_eq!(set(&ids(&b, "main").await), expected);
+                }
+            }
+        });
+    }
+}
