@@ -1,5 +1,6 @@
 //! `lance-actions`: Lance transactions as actions, from the command line.
 
+mod branch;
 mod check;
 mod demo;
 mod explain;
@@ -56,6 +57,13 @@ enum Command {
         #[command(subcommand)]
         command: keyed::KeyedCommand,
     },
+    #[command(flatten)]
+    Replay(branch::ReplayCommand),
+    /// Logical branches: list (logical -> physical), create, delete.
+    Branch {
+        #[command(subcommand)]
+        command: branch::BranchCommand,
+    },
 }
 
 /// A user-facing failure: one line, non-zero exit.
@@ -94,6 +102,8 @@ fn main() -> ExitCode {
             Command::Check { uri, txn, json } => check::run(&uri, &txn, json).await?,
             Command::Demo { dir } => demo::run(dir).await?,
             Command::Keyed { command } => keyed::run(command).await?,
+            Command::Replay(command) => branch::run(command).await?,
+            Command::Branch { command } => branch::run_branch(command).await?,
         }
         Ok(())
     });

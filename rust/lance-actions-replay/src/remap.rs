@@ -207,7 +207,10 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
     })
 }
 
-/// Commits made only of base bookkeeping (the grafts of earlier replays) carry nothing to replay.
+/// Commits that change nothing a target could take: the grafts of earlier replays (bases the
+/// target gains by its own graft when needed) and fragment-id reservations (ids of the source's id
+/// space; a replayed fragment gets its id on the target when it lands).
 pub fn is_graft_only(txn: &ActionTxn) -> bool {
-    !txn.actions.is_empty() && txn.actions.iter().all(|a| matches!(a, AnyAction::AddBases(_)))
+    !txn.actions.is_empty()
+        && txn.actions.iter().all(|a| matches!(a, AnyAction::AddBases(_) | AnyAction::ReserveFragmentIds(_)))
 }

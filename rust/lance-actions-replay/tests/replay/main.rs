@@ -1,5 +1,6 @@
 //! Branch replay on real Lance datasets. One test binary; modules inside.
 
+mod kinds;
 mod names;
 mod operations;
 mod primitive;

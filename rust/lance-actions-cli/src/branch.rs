@@ -1,0 +1,448 @@
+//! Branch replay from the command line: cherry-pick, merge, fast-forward, rebase and squash between
+//! logical branches, and `branch list|create|delete`.
+//!
+//! Every replay prints one summary line (or, with `--json`, one JSON object). A conflicted outcome
+//! is data, not an error: the conflicts are printed as a table (or in the JSON object) and the
+//! command exits with [`CONFLICT_EXIT`]. Every other failure is one line on stderr and exit 1.
+
+use std::collections::BTreeMap;
+
+use clap::{Args, Subcommand};
+use lance_actions_replay::{Branches, Conflict, Error, Landed, Outcome, ReplayOptions};
+use serde_json::json;
+
+use crate::{Failure, first_line};
+
+/// Exit code of a replay whose outcome is conflicted.
+pub const CONFLICT_EXIT: u8 = 3;
+
+/// The replay commands, flattened into the top level of the CLI.
+#[derive(Subcommand)]
+pub enum ReplayCommand {
+    /// Replay chosen versions of a branch onto another, in version order.
+    CherryPick {
+        uri: String,
+        /// The branch the versions are taken from.
+        #[arg(long)]
+        from: String,
+        /// A version of `--from` to replay; repeat for several.
+        #[arg(long = "version", value_name = "V", required = true)]
+        versions: Vec<u64>,
+        /// The branch the versions land on.
+        #[arg(long)]
+        onto: String,
+        #[command(flatten)]
+        flags: ReplayFlags,
+    },
+    /// Replay every commit of a branch since it forked onto another branch.
+    Merge {
+        uri: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        into: String,
+        #[command(flatten)]
+        flags: ReplayFlags,
+    },
+    /// Like merge, but refused when the target has commits of its own since the fork.
+    FastForward {
+        uri: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        into: String,
+        #[command(flatten)]
+        flags: ReplayFlags,
+    },
+    /// Rebuild a branch on the tip of another and point its name at the result.
+    Rebase {
+        uri: String,
+        #[arg(long)]
+        branch: String,
+        #[arg(long)]
+        onto: String,
+        #[command(flatten)]
+        flags: ReplayFlags,
+    },
+    /// Make the commits V1..=V2 of a branch one commit and point its name at the result.
+    Squash {
+        uri: String,
+        #[arg(long)]
+        branch: String,
+        #[arg(long, value_name = "V1")]
+        from: u64,
+        #[arg(long, value_name = "V2")]
+        to: u64,
+        #[command(flatten)]
+        flags: ReplayFlags,
+    },
+}
+
+#[derive(Args)]
+pub struct ReplayFlags {
+    /// Plan and report the outcome; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum BranchCommand {
+    /// Every logical branch with the physical Lance branch it designates.
+    List {
+        uri: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a logical branch from another branch, at its latest version or at `--version`.
+    Create {
+        uri: String,
+        name: String,
+        #[arg(long, default_value = "main")]
+        from: String,
+        #[arg(long)]
+        version: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a logical branch; refused while another branch reads its files.
+    Delete {
+        uri: String,
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What was asked, for the summary line and the JSON object.
+struct Request {
+    operation: &'static str,
+    uri: String,
+    /// The branch commits are taken from.
+    source: String,
+    /// The branch that changes.
+    target: String,
+    /// How the request reads in the summary line.
+    description: String,
+    dry_run: bool,
+    json: bool,
+}
+
+pub async fn run(command: ReplayCommand) -> Result<(), Failure> {
+    let (request, outcome) = match command {
+        ReplayCommand::CherryPick { uri, from, versions, onto, flags } => {
+            let listed: Vec<String> = versions.iter().map(|v| format!("v{v}")).collect();
+            let r = request(
+                "cherry-pick",
+                uri,
+                &from,
+                &onto,
+                format!("{} of {from} onto {onto}", listed.join(", ")),
+                flags,
+            );
+            let outcome = branches(&r.uri).await?.cherry_pick(&from, &versions, &onto, &options(&r)).await;
+            (r, outcome)
+        }
+        ReplayCommand::Merge { uri, from, into, flags } => {
+            let r = request("merge", uri, &from, &into, format!("{from} into {into}"), flags);
+            let outcome = branches(&r.uri).await?.merge(&from, &into, &options(&r)).await;
+            (r, outcome)
+        }
+        ReplayCommand::FastForward { uri, from, into, flags } => {
+            let r = request("fast-forward", uri, &from, &into, format!("{into} to {from}"), flags);
+            let outcome = branches(&r.uri).await?.fast_forward(&from, &into, &options(&r)).await;
+            (r, outcome)
+        }
+        ReplayCommand::Rebase { uri, branch, onto, flags } => {
+            let r = request("rebase", uri, &branch, &branch, format!("{branch} onto {onto}"), flags);
+            let outcome = branches(&r.uri).await?.rebase(&branch, &onto, &options(&r)).await;
+            (r, outcome)
+        }
+        ReplayCommand::Squash { uri, branch, from, to, flags } => {
+            let r = request("squash", uri, &branch, &branch, format!("v{from}..=v{to} of {branch}"), flags);
+            let outcome = branches(&r.uri).await?.squash(&branch, from, to, &options(&r)).await;
+            (r, outcome)
+        }
+    };
+    let outcome = outcome.map_err(message)?;
+    let logical = logical_names(&request.uri, &outcome).await;
+    if request.json {
+        println!("{}", outcome_json(&request, &outcome, &logical));
+    } else {
+        println!("{}", summary(&request, &outcome));
+        if let Outcome::Conflicted { conflicts, .. } = &outcome {
+            print_conflicts(conflicts, &logical);
+        }
+    }
+    match outcome {
+        Outcome::Conflicted { .. } => Err(Failure::Reported { code: CONFLICT_EXIT }),
+        _ => Ok(()),
+    }
+}
+
+fn request(
+    operation: &'static str,
+    uri: String,
+    source: &str,
+    target: &str,
+    description: String,
+    flags: ReplayFlags,
+) -> Request {
+    Request {
+        operation,
+        uri,
+        source: source.to_string(),
+        target: target.to_string(),
+        description,
+        dry_run: flags.dry_run,
+        json: flags.json,
+    }
+}
+
+fn options(r: &Request) -> ReplayOptions {
+    ReplayOptions { dry_run: r.dry_run, ..ReplayOptions::default() }
+}
+
+/// The branches of a dataset that opens: a missing path or a non-dataset is one clear line.
+async fn branches(uri: &str) -> Result<Branches, Failure> {
+    crate::open(uri).await?;
+    Ok(Branches::new(uri))
+}
+
+/// A library error in one line; a refused delete names what still reads the branch.
+fn message(e: Error) -> Failure {
+    let text = match e {
+        Error::InUse { name, dependants } => format!(
+            "cannot delete branch '{name}': still read by {} (merge or delete those first)",
+            dependants.join(", ")
+        ),
+        other => first_line(&other.to_string()).to_string(),
+    };
+    Failure::Message(text)
+}
+
+/// Physical branch -> logical name, to show conflicts under the names the user knows. Only a
+/// conflicted outcome needs it; a failure to list falls back to the physical names.
+async fn logical_names(uri: &str, outcome: &Outcome) -> BTreeMap<String, String> {
+    if !matches!(outcome, Outcome::Conflicted { .. }) {
+        return BTreeMap::new();
+    }
+    match Branches::new(uri).list().await {
+        Ok(list) => list.into_iter().map(|(logical, physical)| (physical, logical)).collect(),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn display_branch<'a>(physical: &'a str, logical: &'a BTreeMap<String, String>) -> &'a str {
+    logical.get(physical).map(String::as_str).unwrap_or(physical)
+}
+
+/// The parts of an outcome the output shows.
+struct Parts<'a> {
+    landed: &'a [Landed],
+    skipped: &'a [u64],
+    conflicts: &'a [Conflict],
+    swap: Option<(&'a str, &'a str)>,
+}
+
+fn parts(outcome: &Outcome) -> Parts<'_> {
+    let none = Parts { landed: &[], skipped: &[], conflicts: &[], swap: None };
+    match outcome {
+        Outcome::AlreadyUpToDate { skipped } => Parts { skipped, ..none },
+        Outcome::FastForward { landed, skipped }
+        | Outcome::Merged { landed, skipped }
+        | Outcome::CherryPicked { landed, skipped } => Parts { landed, skipped, ..none },
+        Outcome::Rebased { old_physical, new_physical, landed }
+        | Outcome::Squashed { old_physical, new_physical, landed } => {
+            Parts { landed, swap: Some((old_physical, new_physical)), ..none }
+        }
+        Outcome::Conflicted { conflicts, landed } => Parts { landed, conflicts, ..none },
+    }
+}
+
+fn outcome_json(r: &Request, outcome: &Outcome, logical: &BTreeMap<String, String>) -> serde_json::Value {
+    let p = parts(outcome);
+    let landed: Vec<_> = p
+        .landed
+        .iter()
+        .map(|l| json!({"source_version": l.source_version, "target_version": l.target_version}))
+        .collect();
+    let conflicts: Vec<_> = p
+        .conflicts
+        .iter()
+        .map(|c| {
+            json!({
+                "source_branch": display_branch(&c.source_branch, logical),
+                "source_physical": c.source_branch,
+                "source_version": c.source_version,
+                "action": format!("{:?}", c.reason.ours),
+                "peer_version": c.reason.peer_version,
+                "peer_action": c.reason.peer_action.map(|a| format!("{a:?}")),
+                "path": c.reason.path.as_ref().map(|p| p.to_string()),
+                "rule": format!("{:?}", c.reason.rule),
+                "detail": c.reason.detail,
+                "retryable": c.retryable,
+                "text": c.to_string(),
+            })
+        })
+        .collect();
+    let (old_physical, new_physical) = match p.swap {
+        Some((old, new)) => (Some(old), (!new.is_empty()).then_some(new)),
+        None => (None, None),
+    };
+    json!({
+        "outcome": outcome.name(),
+        "operation": r.operation,
+        "uri": r.uri,
+        "source": r.source,
+        "target": r.target,
+        "dry_run": r.dry_run,
+        "landed": landed,
+        "skipped": p.skipped,
+        "conflicts": conflicts,
+        "old_physical": old_physical,
+        "new_physical": new_physical,
+    })
+}
+
+/// One line: the outcome, what was asked, what landed where, what was skipped.
+fn summary(r: &Request, outcome: &Outcome) -> String {
+    let p = parts(outcome);
+    let mut line = format!("{}: {} {}", outcome.name(), r.operation, r.description);
+    if r.dry_run {
+        line.push_str(" (dry run, nothing written)");
+    }
+    let verb = if r.dry_run { "would land" } else { "landed" };
+    if p.landed.is_empty() {
+        if !matches!(outcome, Outcome::Conflicted { .. }) {
+            line.push_str("; nothing to replay");
+        }
+    } else {
+        let pairs: Vec<String> =
+            p.landed.iter().map(|l| format!("{}@v{} -> v{}", r.source, l.source_version, l.target_version)).collect();
+        let before = if matches!(outcome, Outcome::Conflicted { .. }) { " before the conflict" } else { "" };
+        line.push_str(&format!("; {verb}{before} {}", pairs.join(", ")));
+    }
+    if !p.skipped.is_empty() {
+        let skipped: Vec<String> = p.skipped.iter().map(|v| format!("v{v}")).collect();
+        line.push_str(&format!("; skipped {} (already in {})", skipped.join(", "), r.target));
+    }
+    if let Some((old, new)) = p.swap
+        && !new.is_empty()
+    {
+        line.push_str(&format!("; '{}' now designates {new} (was {old})", r.target));
+    }
+    if let Outcome::Conflicted { conflicts, landed } = outcome {
+        line.push_str(&format!("; {} conflict(s)", conflicts.len()));
+        if landed.is_empty() {
+            line.push_str(&format!(", {} unchanged", r.target));
+        }
+    }
+    line
+}
+
+/// The conflicts as a table: source branch@version, our action, the target version it conflicts
+/// with, the path, and why.
+fn print_conflicts(conflicts: &[Conflict], logical: &BTreeMap<String, String>) {
+    let header = ["SOURCE", "OUR ACTION", "CONFLICTS WITH", "PATH", "WHY"].map(String::from);
+    let rows: Vec<[String; 5]> = conflicts
+        .iter()
+        .map(|c| {
+            let r = &c.reason;
+            let with = match (r.peer_version, r.peer_action) {
+                (Some(v), Some(a)) => format!("v{v} {a:?}"),
+                (Some(v), None) => format!("v{v}"),
+                (None, _) => "-".to_string(),
+            };
+            let mut why = format!("{} {:?}", if c.retryable { "retry:" } else { "fail:" }, r.rule);
+            if !r.detail.is_empty() {
+                why.push_str(&format!(" ({})", r.detail));
+            }
+            [
+                format!("{}@v{}", display_branch(&c.source_branch, logical), c.source_version),
+                format!("{:?}", r.ours),
+                with,
+                r.path.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "-".to_string()),
+                why,
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        println!("  {}", cells.join("  ").trim_end());
+    }
+}
+
+pub async fn run_branch(command: BranchCommand) -> Result<(), Failure> {
+    match command {
+        BranchCommand::List { uri, json } => list(&uri, json).await,
+        BranchCommand::Create { uri, name, from, version, json } => create(&uri, &name, &from, version, json).await,
+        BranchCommand::Delete { uri, name, json } => delete(&uri, &name, json).await,
+    }
+}
+
+async fn list(uri: &str, as_json: bool) -> Result<(), Failure> {
+    let list = branches(uri).await?.list().await.map_err(message)?;
+    if as_json {
+        let entries: Vec<_> = list.iter().map(|(name, physical)| json!({"name": name, "physical": physical})).collect();
+        println!("{}", json!({"uri": uri, "branches": entries}));
+    } else if list.is_empty() {
+        println!("no branches besides main");
+    } else {
+        let width = list.iter().map(|(name, _)| name.chars().count()).max().unwrap_or(0);
+        for (name, physical) in &list {
+            println!("{name:<width$} -> {physical}");
+        }
+    }
+    Ok(())
+}
+
+async fn create(uri: &str, name: &str, from: &str, version: Option<u64>, as_json: bool) -> Result<(), Failure> {
+    let b = branches(uri).await?;
+    let physical = b.create(name, from, version).await.map_err(message)?;
+    // The version it starts at: the one asked for, or the source's latest when it was created.
+    let at = match version {
+        Some(v) => Some(v),
+        None => match b.root().await {
+            Ok(root) => root.checkout_branch(&physical).await.ok().map(|ds| ds.manifest().version),
+            Err(_) => None,
+        },
+    };
+    if as_json {
+        println!("{}", json!({"op": "create", "name": name, "physical": physical, "from": from, "version": at}));
+    } else {
+        let at = at.map(|v| format!(" at v{v}")).unwrap_or_default();
+        println!("created branch '{name}' from {from}{at} (physical branch {physical})");
+    }
+    Ok(())
+}
+
+async fn delete(uri: &str, name: &str, as_json: bool) -> Result<(), Failure> {
+    let b = branches(uri).await?;
+    match b.delete(name).await {
+        Ok(()) => {}
+        // The dependants come back as physical branches: name them as the user knows them.
+        Err(Error::InUse { name, dependants }) => {
+            let logical: BTreeMap<String, String> = match b.list().await {
+                Ok(list) => list.into_iter().map(|(logical, physical)| (physical, logical)).collect(),
+                Err(_) => BTreeMap::new(),
+            };
+            let dependants = dependants.iter().map(|d| display_branch(d, &logical).to_string()).collect();
+            return Err(message(Error::InUse { name, dependants }));
+        }
+        Err(e) => return Err(message(e)),
+    }
+    if as_json {
+        println!("{}", json!({"op": "delete", "name": name}));
+    } else {
+        println!("deleted branch '{name}'");
+    }
+    Ok(())
+}
