@@ -381,3 +381,297 @@ async fn keyed_migrate_installs_the_key_on_every_branch_of_a_plain_table_and_fen
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("(feature): inserted 1"), "{out}");
 }
+
+// ---- branch replay ----
+
+/// main with ids `0..10` (Int64 `id`, Utf8 `name`), written by plain Lance.
+async fn create_replay_table(dir: &Path) -> String {
+    use lance::deps::arrow_array::{Int64Array, RecordBatch, StringArray};
+    use lance::deps::arrow_schema::{DataType, Field, Schema};
+    let uri = dir.join("r").to_str().expect("utf-8").to_string();
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]));
+    let ids: Vec<i64> = (0..10).collect();
+    let columns: Vec<lance::deps::arrow_array::ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(StringArray::from_iter_values(ids.iter().map(|i| format!("n{i}")))),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    lance::dataset::InsertBuilder::new(uri.as_str()).execute(vec![batch]).await.expect("create");
+    uri
+}
+
+/// Create a logical branch with the CLI; returns its physical Lance branch from `branch list --json`.
+fn cli_branch(uri: &str, name: &str) -> String {
+    let (code, out, err) = run_code(&["branch", "create", uri, name]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("created branch '{name}' from main")), "{out}");
+    let (code, out, err) = run_code(&["branch", "list", uri, "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    let entry = v["branches"].as_array().and_then(|b| b.iter().find(|e| e["name"] == name)).expect("listed");
+    entry["physical"].as_str().expect("physical name").to_string()
+}
+
+/// The latest version of `branch` (a physical Lance branch; "main" for main).
+async fn open_branch(uri: &str, branch: &str) -> Arc<lance::Dataset> {
+    let root = lance::Dataset::open(uri).await.expect("open");
+    Arc::new(if branch == "main" { root } else { root.checkout_branch(branch).await.expect("checkout") })
+}
+
+/// A plain Lance append of `ids` on `branch`; returns the new version.
+async fn append_ids(uri: &str, branch: &str, ids: &[i64]) -> u64 {
+    use lance::deps::arrow_array::{Int64Array, RecordBatch, StringArray};
+    let ds = open_branch(uri, branch).await;
+    let schema = Arc::new(lance::deps::arrow_schema::Schema::from(ds.schema()));
+    let columns: Vec<lance::deps::arrow_array::ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.to_vec())),
+        Arc::new(StringArray::from_iter_values(ids.iter().map(|i| format!("n{i}")))),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    let params = lance::dataset::WriteParams { mode: lance::dataset::WriteMode::Append, ..Default::default() };
+    let ds = lance::dataset::InsertBuilder::new(ds).with_params(&params).execute(vec![batch]).await.expect("append");
+    ds.manifest().version
+}
+
+/// A plain Lance delete on `branch`; returns the new version.
+async fn delete_where(uri: &str, branch: &str, predicate: &str) -> u64 {
+    let ds = open_branch(uri, branch).await;
+    let result = lance::dataset::DeleteBuilder::new(ds, predicate).execute().await.expect("delete");
+    result.new_dataset.manifest().version
+}
+
+async fn count_where(uri: &str, branch: &str, filter: &str) -> usize {
+    open_branch(uri, branch).await.count_rows(Some(filter.to_string())).await.expect("count")
+}
+
+fn replay_json(args: &[&str], expect_code: i32) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (code, out, err) = run_code(&args);
+    assert_eq!(code, Some(expect_code), "{args:?}: {out} {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("one JSON object ({e}): {out}"))
+}
+
+/// Every file under `dir` with its size.
+fn inventory(dir: &Path) -> std::collections::BTreeMap<String, u64> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, u64>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if let (Ok(rel), Ok(meta)) = (p.strip_prefix(root), e.metadata()) {
+                out.insert(rel.to_string_lossy().to_string(), meta.len());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[tokio::test]
+async fn merge_lands_a_branch_append_on_main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    let appended = append_ids(&uri, &feature, &[100, 101, 102]).await;
+
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 0);
+    assert!(v["outcome"] == "fast-forward" || v["outcome"] == "merged", "{v}");
+    assert_eq!(v["dry_run"], false, "{v}");
+    assert_eq!(v["landed"][0]["source_version"], appended, "{v}");
+    assert_eq!(v["conflicts"], serde_json::json!([]), "{v}");
+    let landed_at = v["landed"][0]["target_version"].as_u64().expect("target version");
+
+    assert_eq!(count_where(&uri, "main", "id >= 100").await, 3, "main scans the branch's rows");
+    assert_eq!(count_rows(&uri).await, 13);
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, landed_at);
+    let (ok, log, err) = run(&["log", &uri]);
+    assert!(ok, "{err}");
+    let newest = log.lines().next().expect("a line");
+    assert!(
+        newest.starts_with(&format!("v{landed_at}  Append")) && newest.ends_with("written by lance-actions"),
+        "{log}"
+    );
+    assert!(log.contains("lance-actions.replay.operation = merge"), "{log}");
+
+    // Again: nothing left to replay, still exit 0; the human summary says so in one line.
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    assert!(out.starts_with("already-up-to-date: merge feature into main") && out.contains("skipped"), "{out}");
+}
+
+#[tokio::test]
+async fn a_conflicting_merge_exits_3_with_the_conflict_and_leaves_main_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    let ours = delete_where(&uri, &feature, "id = 4").await;
+    let theirs = delete_where(&uri, "main", "id = 4").await;
+
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 3);
+    assert_eq!(v["outcome"], "conflicted", "{v}");
+    assert_eq!(v["landed"], serde_json::json!([]), "{v}");
+    let conflicts = v["conflicts"].as_array().expect("conflicts");
+    assert_eq!(conflicts.len(), 1, "{v}");
+    let c = &conflicts[0];
+    assert_eq!(c["source_branch"], "feature", "{v}");
+    assert_eq!(c["source_physical"], feature.as_str(), "{v}");
+    assert_eq!(c["source_version"], ours, "{v}");
+    assert_eq!(c["peer_version"], theirs, "{v}");
+    assert_eq!(c["action"], "UpdateDeletionVector", "{v}");
+    assert!(c["path"].as_str().is_some_and(|p| p.contains("DeletionVector")), "{v}");
+    assert!(c["rule"].as_str().is_some_and(|r| !r.is_empty()) && c["retryable"].is_boolean(), "{v}");
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs, "main's version is unchanged");
+
+    // The human form: one summary line, then the table; still exit 3, nothing on stderr.
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.is_empty(), "conflicts are data, not an error: {err}");
+    let mut lines = out.lines();
+    let head = lines.next().expect("summary");
+    assert!(head.starts_with("conflicted: merge feature into main") && head.contains("main unchanged"), "{out}");
+    assert!(lines.next().is_some_and(|l| l.contains("SOURCE") && l.contains("CONFLICTS WITH")), "{out}");
+    let row = lines.next().expect("a conflict row");
+    assert!(row.contains(&format!("feature@v{ours}")) && row.contains(&format!("v{theirs} ")), "{out}");
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs);
+
+    // A fast-forward is refused outright (main has a commit of its own): one line, exit 1.
+    let (code, _, err) = run_code(&["fast-forward", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("error: ") && err.contains("cannot fast-forward"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[tokio::test]
+async fn dry_runs_report_the_outcome_and_write_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    let f1 = append_ids(&uri, &feature, &[100, 101]).await;
+    let f2 = append_ids(&uri, &feature, &[102, 103]).await;
+    append_ids(&uri, "main", &[10]).await;
+    let main_before = open_branch(&uri, "main").await.manifest().version;
+    let before = inventory(dir.path());
+
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"], 0);
+    assert_eq!((v["outcome"].as_str(), v["dry_run"].as_bool()), (Some("merged"), Some(true)), "{v}");
+    assert_eq!(v["landed"].as_array().map(Vec::len), Some(2), "{v}");
+    let f1s = f1.to_string();
+    let v =
+        replay_json(&["cherry-pick", &uri, "--from", "feature", "--version", &f1s, "--onto", "main", "--dry-run"], 0);
+    assert_eq!(v["outcome"], "cherry-picked", "{v}");
+    let v = replay_json(&["rebase", &uri, "--branch", "feature", "--onto", "main", "--dry-run"], 0);
+    assert_eq!(v["outcome"], "rebased", "{v}");
+    assert_eq!(v["new_physical"], serde_json::Value::Null, "a dry run creates no branch: {v}");
+    let f2s = f2.to_string();
+    let v = replay_json(&["squash", &uri, "--branch", "feature", "--from", &f1s, "--to", &f2s, "--dry-run"], 0);
+    assert_eq!(v["outcome"], "squashed", "{v}");
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("merged: merge feature into main (dry run, nothing written); would land"), "{out}");
+
+    assert_eq!(inventory(dir.path()), before, "a dry run writes no file at all");
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, main_before);
+}
+
+#[tokio::test]
+async fn cherry_pick_replays_one_version_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100, 101, 102]).await;
+    let picked = append_ids(&uri, &feature, &[200, 201]).await;
+
+    let picked_s = picked.to_string();
+    let (code, out, err) =
+        run_code(&["cherry-pick", &uri, "--from", "feature", "--version", &picked_s, "--onto", "main"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "cherry-picked: cherry-pick v{picked} of feature onto main; landed feature@v{picked} -> v"
+        )),
+        "{out}"
+    );
+    assert_eq!(count_where(&uri, "main", "id >= 200").await, 2, "the picked rows are on main");
+    assert_eq!(count_where(&uri, "main", "id >= 100 AND id < 200").await, 0, "the other commit is not");
+    assert_eq!(count_rows(&uri).await, 12);
+
+    // Picking it again: already up to date, exit 0, the version reported as skipped.
+    let v = replay_json(&["cherry-pick", &uri, "--from", "feature", "--version", &picked_s, "--onto", "main"], 0);
+    assert_eq!(v["outcome"], "already-up-to-date", "{v}");
+    assert_eq!(v["skipped"], serde_json::json!([picked]), "{v}");
+    // A version the branch never had: one line, exit 1.
+    let (code, _, err) = run_code(&["cherry-pick", &uri, "--from", "feature", "--version", "999", "--onto", "main"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("error: ") && err.contains("999"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[tokio::test]
+async fn branch_delete_of_a_branch_main_reads_is_refused_and_names_main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    let (code, _, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, out, err) = run_code(&["branch", "delete", &uri, "feature"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(err.starts_with("error: cannot delete branch 'feature'") && err.contains("main"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (code, out, _) = run_code(&["branch", "list", &uri]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains(&format!("feature -> {feature}")), "still listed: {out}");
+
+    // A branch nobody reads goes; its name is then free.
+    cli_branch(&uri, "scratch");
+    let (code, out, err) = run_code(&["branch", "delete", &uri, "scratch"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("deleted branch 'scratch'"), "{out}");
+    let (_, out, _) = run_code(&["branch", "list", &uri]);
+    assert!(!out.contains("scratch"), "{out}");
+    let (code, _, err) = run_code(&["branch", "create", &uri, "feature"]);
+    assert_eq!(code, Some(1), "an existing name is refused: {err}");
+    assert!(err.contains("already exists"), "{err}");
+    let (code, _, err) = run_code(&["merge", &uri, "--from", "nosuch", "--into", "main"]);
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("error: ") && err.contains("nosuch") && err.trim().lines().count() == 1, "{err}");
+}
+
+#[tokio::test]
+async fn rebase_and_squash_repoint_the_name_and_keep_the_rows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100, 101]).await;
+    append_ids(&uri, &feature, &[102]).await;
+    append_ids(&uri, "main", &[10]).await;
+
+    let v = replay_json(&["rebase", &uri, "--branch", "feature", "--onto", "main"], 0);
+    assert_eq!(v["outcome"], "rebased", "{v}");
+    assert_eq!(v["old_physical"], feature.as_str(), "{v}");
+    let rebased = v["new_physical"].as_str().expect("new physical").to_string();
+    assert_ne!(rebased, feature);
+    let (_, out, _) = run_code(&["branch", "list", &uri]);
+    assert!(out.contains(&format!("feature -> {rebased}")), "{out}");
+    assert_eq!(count_where(&uri, &rebased, "id >= 10").await, 4, "main's row and the branch's three");
+
+    let landed: Vec<u64> =
+        v["landed"].as_array().expect("landed").iter().filter_map(|l| l["target_version"].as_u64()).collect();
+    assert_eq!(landed.len(), 2, "{v}");
+    let (from, to) = (landed[0].to_string(), landed[1].to_string());
+    let (code, out, err) = run_code(&["squash", &uri, "--branch", "feature", "--from", &from, "--to", &to]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("squashed: squash") && out.contains("'feature' now designates"), "{out}");
+    let (_, list, _) = run_code(&["branch", "list", &uri, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(list.trim()).expect("json");
+    let squashed = v["branches"][0]["physical"].as_str().expect("physical").to_string();
+    assert_ne!(squashed, rebased);
+    assert_eq!(count_where(&uri, &squashed, "id >= 10").await, 4, "same rows, one commit");
+}

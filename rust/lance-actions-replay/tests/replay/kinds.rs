@@ -115,3 +115,31 @@ async fn every_replayable_kind_merges_and_main_reads_like_the_branch() {
     let txn = main.read_transaction_by_version(replay_of_upsert.target_version).await.expect("read").expect("txn");
     assert!(matches!(txn.operation, Operation::Update { inserted_rows_filter: Some(_), .. }), "{}", txn.operation);
 }
+
+/// Keyed tables: a key inserted on both branches is a conflict of the merge (the exact key sets
+/// meet in the driver), disjoint keys merge, and the merged table holds no duplicate.
+#[tokio::test]
+async fn a_key_inserted_on_both_branches_conflicts_and_disjoint_keys_merge() {
+    use lance_actions_keyed::KeyedTable;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    KeyedTable::create(&uri, vec![rows(&(0..10).collect::<Vec<_>>())], &["id"]).await.expect("keyed table");
+    let b = Branches::new(&uri);
+    let physical = b.create("feature", "main", None).await.expect("branch");
+    let mut feature = KeyedTable::open_branch(&uri, &physical).await.expect("keyed feature");
+    let mut main = KeyedTable::open(&uri).await.expect("keyed main");
+    feature.insert(vec![rows(&[50, 51])]).await.expect("feature inserts");
+    main.insert(vec![rows(&[60])]).await.expect("main inserts");
+    let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    assert!(matches!(out, Outcome::Merged { .. }), "disjoint keys merge: {out:?}");
+    feature.insert(vec![rows(&[70])]).await.expect("feature inserts 70");
+    main.insert(vec![rows(&[70])]).await.expect("main inserts 70 too");
+    let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    let Outcome::Conflicted { conflicts, .. } = out else { panic!("a key on both sides must conflict: {out:?}") };
+    assert_eq!(conflicts[0].reason.rule, lance_actions::Rule::KeysIntersect);
+    let merged = ids(&b, "main").await;
+    let mut unique = merged.clone();
+    unique.dedup();
+    assert_eq!(merged, unique, "no duplicate key");
+    assert!(merged.contains(&50) && merged.contains(&60) && merged.contains(&70));
+}
