@@ -159,10 +159,7 @@ impl KeyedTable {
                 Attempt::Landed(landed) => {
                     outcome.inserted += staged.stats.num_inserted_rows;
                     outcome.updated += staged.stats.num_updated_rows;
-                    let (dataset, report) = *landed;
-                    outcome.version = report.version;
-                    outcome.commits.push(report);
-                    self.dataset = Arc::new(dataset);
+                    self.record(*landed, outcome);
                     return Ok(());
                 }
                 Attempt::Again(why) => last = why,
@@ -188,10 +185,7 @@ impl KeyedTable {
             match self.judge(commit.execute(staged.transaction).await)? {
                 Attempt::Landed(landed) => {
                     outcome.deleted += staged.num_deleted_rows;
-                    let (dataset, report) = *landed;
-                    outcome.version = report.version;
-                    outcome.commits.push(report);
-                    self.dataset = Arc::new(dataset);
+                    self.record(*landed, outcome);
                     return Ok(());
                 }
                 Attempt::Again(why) => last = why,
@@ -261,11 +255,16 @@ impl KeyedTable {
         }
     }
 
-    fn landed(&mut self, (dataset, report): (Dataset, CommitReport), mut outcome: WriteOutcome) -> WriteOutcome {
+    fn landed(&mut self, landed: (Dataset, CommitReport), mut outcome: WriteOutcome) -> WriteOutcome {
+        self.record(landed, &mut outcome);
+        outcome
+    }
+
+    /// A commit landed: note it in the outcome and continue from the version it made.
+    fn record(&mut self, (dataset, report): (Dataset, CommitReport), outcome: &mut WriteOutcome) {
         outcome.version = report.version;
         outcome.commits.push(report);
         self.dataset = Arc::new(dataset);
-        outcome
     }
 
     /// Backoff with full jitter before a re-run, so racing writers spread out.
