@@ -81,7 +81,9 @@ impl Branches {
         let mut out: BTreeMap<String, String> = mapping.clone();
         let mapped: Vec<&String> = mapping.values().collect();
         for name in root.list_branches().await.lance("listing branches")?.into_keys() {
-            if !mapped.contains(&&name) && !out.contains_key(&name) {
+            // An earlier incarnation of a mapped name (kept because a rebased branch reads it).
+            let retired = mapping.keys().any(|logical| is_incarnation_of(&name, logical));
+            if !mapped.contains(&&name) && !out.contains_key(&name) && !retired {
                 out.insert(name.clone(), name);
             }
         }
@@ -209,6 +211,14 @@ pub(crate) async fn unpin(root: &Dataset, physical: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Is `physical` a name [`physical_name`] made for `logical`?
+fn is_incarnation_of(physical: &str, logical: &str) -> bool {
+    physical
+        .strip_prefix(logical)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .is_some_and(|suffix| suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A fresh physical name for a logical one.

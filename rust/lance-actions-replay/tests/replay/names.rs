@@ -22,6 +22,10 @@ async fn a_plain_lance_branch_is_first_class_and_adopted_on_first_touch() {
     assert_eq!(old_physical, "plain");
     assert_eq!(b.resolve("plain").await.expect("resolve"), Some(new_physical.clone()));
     assert!(b.list().await.expect("list").contains(&("plain".to_string(), new_physical)));
+    b.create("feature", "main", None).await.expect("feature");
+    b.rebase("feature", "main", &ReplayOptions::default()).await.expect("rebase feature");
+    let names: Vec<String> = b.list().await.expect("list").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["feature", "plain"], "earlier incarnations are not listed as names");
     assert_eq!(ids(&b, "plain").await, range(0, 10).into_iter().chain(range(50, 52)).collect::<Vec<_>>());
     // Lance's own branch calls still work on the dataset.
     let branches = root.list_branches().await.expect("Lance lists branches");
