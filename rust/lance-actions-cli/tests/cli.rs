@@ -677,3 +677,37 @@ async fn rebase_and_squash_repoint_the_name_and_keep_the_rows() {
     assert_ne!(squashed, rebased);
     assert_eq!(count_where(&uri, &squashed, "id >= 10").await, 4, "same rows, one commit");
 }
+
+/// pylance as a foreign writer on a keyed table (design/fencing.md §5): its keyed merge-insert is
+/// fenced against ours (Lance's filters meet), its stale bare append committed through Lance's own
+/// loop after our insert is not (the boundary), and our next strict insert sees whatever landed.
+#[tokio::test]
+async fn pylance_writers_on_a_keyed_table_show_the_fence_and_its_boundary() {
+    let Some(python) = pylance() else {
+        eprintln!("skipped: LANCE_ACTIONS_PYTHON is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/python/keyed_foreign_writers.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let py = |args: &[&str]| {
+        let out = Command::new(&python).arg(script).arg(&uri).args(args).output().expect("run pylance");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ten = jsonl(dir.path(), "ten.jsonl", &[r#"{"id": 10, "name": "ours"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &ten]);
+    assert_eq!(code, Some(0), "{err}");
+    // A pylance append staged on v1 lands after our insert of 10: Lance's resolver does not check keys.
+    py(&["stale-append", "10", "1"]);
+    let ds = lance::Dataset::open(&uri).await.expect("open");
+    assert_eq!(ds.count_rows(Some("id = 10".into())).await.expect("count"), 2, "the documented boundary");
+    // pylance's keyed merge-insert inserts 20; our strict insert of 20 then names it.
+    py(&["merge-insert", "20"]);
+    let twenty = jsonl(dir.path(), "twenty.jsonl", &[r#"{"id": 20, "name": "ours"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &twenty]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("already present"), "{err}");
+    let thirty = jsonl(dir.path(), "thirty.jsonl", &[r#"{"id": 30, "name": "ours"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &thirty]);
+    assert_eq!(code, Some(0), "our keyed insert commits after pylance's filtered one: {err}");
+}
