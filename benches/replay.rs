@@ -24,7 +24,8 @@ use lance_actions_replay::{Branches, Outcome, ReplayOptions};
 const BASE_ROWS: i64 = 1_000;
 
 fn rows(from: i64, n: i64) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]));
     RecordBatch::try_new(
         schema,
         vec![
@@ -40,8 +41,16 @@ fn batches(from: i64, n: i64) -> Vec<RecordBatch> {
     (0..n).step_by(step as usize).map(|o| rows(from + o, step.min(n - o))).collect()
 }
 
-async fn write(dest: impl Into<lance::dataset::WriteDestination<'_>>, mode: WriteMode, data: Vec<RecordBatch>) -> Dataset {
-    InsertBuilder::new(dest).with_params(&WriteParams { mode, ..Default::default() }).execute(data).await.expect("write")
+async fn write(
+    dest: impl Into<lance::dataset::WriteDestination<'_>>,
+    mode: WriteMode,
+    data: Vec<RecordBatch>,
+) -> Dataset {
+    InsertBuilder::new(dest)
+        .with_params(&WriteParams { mode, ..Default::default() })
+        .execute(data)
+        .await
+        .expect("write")
 }
 
 /// main with BASE_ROWS rows, branch `feature` with one commit of `n` rows. Returns the version.
@@ -128,7 +137,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let sizes: &[i64] = if quick { &[1_000, 100_000] } else { &[1_000, 100_000, 1_000_000] };
-    println!("| rows in the replayed commit | ours: cherry-pick (ms) | naive: scan + append (ms) | ours / naive | ours: data bytes written | naive: data bytes written | ours: all bytes written | naive: all bytes written |");
+    println!(
+        "| rows in the replayed commit | ours: cherry-pick (ms) | naive: scan + append (ms) | ours / naive | ours: data bytes written | naive: data bytes written | ours: all bytes written | naive: all bytes written |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for &n in sizes {
         let (mut o, mut p) = (Vec::new(), Vec::new());
