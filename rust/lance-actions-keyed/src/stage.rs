@@ -54,8 +54,10 @@ pub(crate) async fn new_fragments(dataset: &Arc<Dataset>, batches: Vec<RecordBat
     }
 }
 
-/// Stage a merge-insert on exactly the key columns, on Lance's v2 path (`use_index(false)`): the
-/// only path on which Lance attaches its key filter (RFC-023 §5.2). Lance's own retries are off:
+/// Stage a merge-insert on exactly the key columns. With a scalar index on the key Lance takes its
+/// indexed path, whose cost does not grow with the table but which attaches no key filter; the
+/// caller then attaches one built from the merge's keys (RFC-023 §5.2's option 2, done here rather
+/// than upstream). Without one, Lance's v2 path attaches its own. Lance's own retries are off:
 /// conflicts are the driver's to judge.
 pub(crate) async fn merge_on_key(
     dataset: &Arc<Dataset>,
@@ -65,7 +67,7 @@ pub(crate) async fn merge_on_key(
     batches: Vec<RecordBatch>,
 ) -> Result<UncommittedMergeInsert> {
     let mut builder = MergeInsertBuilder::try_new(dataset.clone(), key.to_vec()).lance("building a merge-insert")?;
-    builder.when_matched(when_matched).when_not_matched(when_not_matched).use_index(false).conflict_retries(0);
+    builder.when_matched(when_matched).when_not_matched(when_not_matched).use_index(true).conflict_retries(0);
     let job = builder.try_build().lance("building a merge-insert")?;
     job.execute_uncommitted_batches(batches).await.lance("staging a merge-insert")
 }

@@ -4,7 +4,7 @@
 //! | write | staged with | actions | on a concurrent key race |
 //! |---|---|---|---|
 //! | strict insert | Lance's writer (data files only) | `AddFragments` + exact keys + Lance's filter | `KeyConflict` |
-//! | upsert | merge-insert on the key, v2 path | lifted Update; keys of every source row | re-run from the new base |
+//! | upsert | merge-insert on the key (indexed path when indexed) | lifted Update; keys of every source row | re-run from the new base |
 //! | update (rows known present) | merge-insert, `DoNothing` for new keys | lifted Update; no inserted keys | re-run |
 //! | delete by key | Lance's delete | lifted Delete | re-run |
 //! | overwrite | Lance's writer, key schema | ResetTable + AddFragments | re-run |
@@ -18,7 +18,7 @@ use arrow_array::RecordBatch;
 use lance::Dataset;
 use lance::dataset::{WhenMatched, WhenNotMatched};
 use lance_actions::actions::add_fragments::AddFragments;
-use lance_actions::keys::{InsertedKeys, KeyHashSet};
+use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
 use lance_table::format::key_existence::{KeyExistenceFilter, KeyValue};
@@ -195,31 +195,32 @@ impl KeyedTable {
     }
 
     /// Attach what the merge declares it may insert. Lance's own filter (inserted keys only) stays
-    /// for Lance's resolver; our exact set holds every key the merge may insert. A merge staged
-    /// without Lance's filter is refused: it would be invisible to Lance-native keyed writers.
+    /// for Lance's resolver when Lance attached one (its v2 path); on its indexed path it attaches
+    /// none, and we attach one built from the declared keys, so Lance's resolver and Lance-native
+    /// keyed writers still see them. Our exact set holds every key the merge may insert.
     fn with_declared_keys(
         &self,
         mut txn: ActionTxn,
         lance_filter: Option<KeyExistenceFilter>,
         declared: &[KeyValue],
     ) -> Result<ActionTxn> {
+        let built = self.key.inserted_keys(declared)?;
         let lance_filter = match lance_filter {
-            Some(f) if f.field_ids == self.key.field_ids => f,
-            other => {
+            Some(f) if f.field_ids == self.key.field_ids => Some(f),
+            Some(f) => {
                 return Err(Error::Lance {
                     what: "staging a keyed merge".into(),
                     source: lance::Error::internal(format!(
-                        "Lance staged the merge without a key filter over the primary key (got {:?}); \
-                         refusing an unfenced keyed write",
-                        other.map(|f| f.field_ids)
+                        "Lance attached a key filter over fields {:?}, the primary key is {:?}; refusing the write",
+                        f.field_ids, self.key.field_ids
                     )),
                 });
             }
+            None => built.lance_filter,
         };
-        let exact = KeyHashSet::from_hashes(self.key.field_ids.clone(), declared.iter().map(crate::key::hash_key));
         for action in &mut txn.actions {
             if let AnyAction::AddFragments(add) = action {
-                add.keys = Some(InsertedKeys { lance_filter: Some(lance_filter.clone()), exact: Some(exact.clone()) });
+                add.keys = Some(InsertedKeys { lance_filter: lance_filter.clone(), exact: built.exact.clone() });
             }
         }
         Ok(txn)

@@ -206,3 +206,37 @@ async fn open_refuses_a_table_whose_schema_lost_its_declared_key() {
         other => panic!("expected a key mismatch, got {other:?}"),
     }
 }
+
+/// With a scalar index on the key, Lance's merge takes its indexed path, which attaches no key
+/// filter: our upsert attaches one built from its keys, so Lance's resolver still sees them.
+#[tokio::test]
+async fn an_upsert_on_an_indexed_key_still_carries_a_key_filter_and_reads_correctly() {
+    use lance::index::DatasetIndexExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    keyed_table(&uri, &(0..50).collect::<Vec<_>>()).await;
+    let mut ds = (*latest(&uri).await).clone();
+    ds.create_index(
+        &["id"],
+        lance_index::IndexType::BTree,
+        None,
+        &lance_index::scalar::ScalarIndexParams::default(),
+        false,
+    )
+    .await
+    .expect("btree on id");
+    let mut table = KeyedTable::open(&uri).await.expect("open");
+    let out = table.upsert(vec![rows(&[3, 4, 60], 9)]).await.expect("upsert");
+    assert_eq!((out.inserted, out.updated), (1, 2));
+    let ds = latest(&uri).await;
+    let txn = ds.read_transaction().await.expect("read").expect("txn");
+    let Operation::Update { inserted_rows_filter: Some(filter), .. } = &txn.operation else {
+        panic!("expected a filtered Update, got {}", txn.operation);
+    };
+    assert_eq!(filter.field_ids, vec![ds.schema().field("id").expect("id").id]);
+    for (id, v) in [(3, 9), (4, 9), (5, 0), (60, 9)] {
+        let n = ds.count_rows(Some(format!("id = {id} AND v = {v}"))).await.expect("query");
+        assert_eq!(n, 1, "id {id} reads v = {v} through the index");
+    }
+    assert!(duplicated(&scan(&ds).await).is_empty());
+}
