@@ -236,6 +236,10 @@ impl KeyedTable {
     pub async fn refresh(&mut self) -> Result<()> {
         let mut latest = (*self.dataset).clone();
         latest.checkout_latest().await.lance("reading the latest version")?;
+        // A concurrent schema change (a column added) changes what rows must look like.
+        if latest.manifest().version != self.dataset.manifest().version {
+            self.arrow_schema = Arc::new(ArrowSchema::from(latest.schema()));
+        }
         self.dataset = Arc::new(latest);
         Ok(())
     }

@@ -122,7 +122,7 @@ pub fn compose(range: &[SourceCommit]) -> Result<SourceCommit, String> {
         uuid: last.uuid.clone(),
         actions: txn,
         new_ids,
-        replayed_from: None,
+        origins: range.iter().flat_map(|c| c.origins.iter().cloned()).collect(),
     })
 }
 

@@ -24,6 +24,8 @@ use crate::lineage::{Chain, chain_name, open_chain};
 
 /// Config key prefix of the name mapping, on main.
 pub const NAME_PREFIX: &str = "lance-actions.branch.";
+/// The mapped value of a deleted name (so a Lance branch of the same name does not come back).
+const TOMBSTONE: &str = "";
 
 /// The branches of one dataset, by logical name.
 #[derive(Clone)]
@@ -63,8 +65,11 @@ impl Branches {
         if logical == "main" {
             return Ok(None);
         }
-        if let Some(physical) = Self::mapping_of(root).get(logical) {
-            return Ok(Some(physical.clone()));
+        match Self::mapping_of(root).get(logical).map(String::as_str) {
+            // A deleted name: a Lance branch of the same name is an earlier incarnation, not it.
+            Some(TOMBSTONE) => return Err(Error::NoSuchBranch { name: logical.to_string() }),
+            Some(physical) => return Ok(Some(physical.to_string())),
+            None => {}
         }
         let lance_branches = root.list_branches().await.lance("listing branches")?;
         if lance_branches.contains_key(logical) {
@@ -79,11 +84,12 @@ impl Branches {
         let root = self.root().await?;
         let mapping = Self::mapping_of(&root);
         let mut out: BTreeMap<String, String> = mapping.clone();
+        out.retain(|_, physical| physical != TOMBSTONE);
         let mapped: Vec<&String> = mapping.values().collect();
         for name in root.list_branches().await.lance("listing branches")?.into_keys() {
             // An earlier incarnation of a mapped name (kept because a rebased branch reads it).
             let retired = mapping.keys().any(|logical| is_incarnation_of(&name, logical));
-            if !mapped.contains(&&name) && !out.contains_key(&name) && !retired {
+            if !mapped.contains(&&name) && !mapping.contains_key(&name) && !retired {
                 out.insert(name.clone(), name);
             }
         }
@@ -106,7 +112,8 @@ impl Branches {
         root.create_branch(&physical, (chain_name(&source), version), None)
             .await
             .lance(format!("creating branch '{logical}'"))?;
-        if let Err(e) = self.swap(logical, None, Some(&physical)).await {
+        let current = Self::mapping_of(&root).get(logical).cloned();
+        if let Err(e) = self.swap(logical, current.as_deref(), Some(&physical)).await {
             let _ = root.force_delete_branch(&physical).await;
             return Err(match e {
                 Error::NameRace { .. } => Error::BranchExists { name: logical.to_string() },
@@ -178,8 +185,9 @@ impl Branches {
         Ok(out)
     }
 
-    /// Delete a logical branch. Refused while another branch reads its files; then its pins are
-    /// released, the physical branch deleted, and the name freed for reuse.
+    /// Delete a logical branch. Refused while another branch reads its files. Otherwise the name
+    /// is retired first (so nothing new can reach the branch), then the pins on its versions are
+    /// released, the physical branch deleted, and last the pins it held on other branches.
     pub async fn delete(&self, logical: &str) -> Result<()> {
         let mut root = self.root().await?;
         let Some(physical) = Self::resolve_in(&root, logical).await? else {
@@ -189,24 +197,45 @@ impl Branches {
         if !dependants.is_empty() {
             return Err(Error::InUse { name: logical.to_string(), dependants });
         }
-        unpin(&root, &physical).await?;
-        root.delete_branch(&physical).await.lance(format!("deleting branch '{logical}'"))?;
-        if Self::mapping_of(&root).contains_key(logical) {
-            self.swap(logical, Some(&physical), None).await?;
+        let current = Self::mapping_of(&root).get(logical).cloned();
+        self.swap(logical, current.as_deref(), Some(TOMBSTONE)).await?;
+        unpin(&root, &physical, Pins::OnIt).await?;
+        match root.delete_branch(&physical).await {
+            Ok(()) => {}
+            // Already gone (an earlier delete stopped after this step): nothing left to delete.
+            Err(e) if e.to_string().contains("not found") || e.to_string().contains("Not found") => {}
+            Err(source) => return Err(Error::Lance { what: format!("deleting branch '{logical}'"), source }),
         }
-        Ok(())
+        unpin(&root, &physical, Pins::HeldByIt).await
     }
 }
 
-/// Remove the graft pins that involve `physical` as source or target.
-pub(crate) async fn unpin(root: &Dataset, physical: &str) -> Result<()> {
+/// Which graft pins of a branch to release.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pins {
+    /// Tags pinning the branch's own versions for the targets that read them.
+    OnIt,
+    /// Tags pinning other branches' versions for this branch as the target.
+    HeldByIt,
+    Both,
+}
+
+/// Remove graft pins that involve `physical` (tag names: `graft-<target>-<source>-v<version>`).
+pub(crate) async fn unpin(root: &Dataset, physical: &str, which: Pins) -> Result<()> {
     let tags = root.tags();
     let encoded = crate::replay::hex(physical);
     for (name, _) in tags.list().await.lance("listing tags")? {
         let Some(rest) = name.strip_prefix("graft-") else { continue };
         let mut parts = rest.splitn(3, '-');
         let (target, source) = (parts.next(), parts.next());
-        if target == Some(encoded.as_str()) || source == Some(encoded.as_str()) {
+        let on_it = source == Some(encoded.as_str());
+        let held = target == Some(encoded.as_str());
+        let release = match which {
+            Pins::OnIt => on_it,
+            Pins::HeldByIt => held,
+            Pins::Both => on_it || held,
+        };
+        if release {
             tags.delete(&name).await.lance(format!("releasing pin {name}"))?;
         }
     }

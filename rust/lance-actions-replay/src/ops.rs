@@ -7,7 +7,7 @@ use lance::Dataset;
 use crate::compose::compose;
 use crate::error::{Error, LanceContext, Result};
 use crate::lineage::{Chain, Lineage, chain_name, open_chain};
-use crate::names::{Branches, physical_name, unpin};
+use crate::names::{Branches, Pins, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
 
 #[derive(Debug, Clone)]
@@ -267,7 +267,7 @@ impl Branches {
             let root = root.clone();
             let fresh = fresh.to_string();
             async move {
-                let _ = unpin(&root, &fresh).await;
+                let _ = unpin(&root, &fresh, Pins::Both).await;
                 let mut root = root;
                 let _ = root.force_delete_branch(&fresh).await;
             }

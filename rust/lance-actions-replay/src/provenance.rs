@@ -18,32 +18,38 @@ pub const SOURCE_TXN: &str = "lance-actions.replay.source-txn";
 /// The operation that replayed it (cherry-pick, merge, rebase, squash) and its id.
 pub const REPLAY_OP: &str = "lance-actions.replay.operation";
 
-/// Provenance properties for a commit replayed from `source` at `version`.
-pub fn properties(source: &Chain, version: u64, source_txn: &str, operation: &str) -> HashMap<String, String> {
+/// Provenance properties for a commit replayed from `source` at `version`, standing for the
+/// original commits `origins` (one, or the range of a squash).
+pub fn properties(source: &Chain, version: u64, origins: &[String], operation: &str) -> HashMap<String, String> {
     HashMap::from([
         (SOURCE_BRANCH.to_string(), chain_name(source).to_string()),
         (SOURCE_VERSION.to_string(), version.to_string()),
-        (SOURCE_TXN.to_string(), source_txn.to_string()),
+        (SOURCE_TXN.to_string(), origins.first().cloned().unwrap_or_default()),
+        (SOURCE_TXNS.to_string(), origins.join(",")),
         (REPLAY_OP.to_string(), operation.to_string()),
     ])
 }
 
-/// The source transaction a commit was replayed from, if it was.
-pub fn replayed_from(txn: &Transaction) -> Option<&str> {
-    txn.transaction_properties.as_ref()?.get(SOURCE_TXN).map(String::as_str)
+/// The source commits' original transaction uuids (comma separated): more than one for a squash.
+pub const SOURCE_TXNS: &str = "lance-actions.replay.source-txns";
+
+/// The original commits a commit stands for: the transactions it was replayed from (followed back
+/// to the first commit, whatever number of hops), or itself when it is not a replay.
+pub fn origins(txn: &Transaction) -> Vec<String> {
+    let props = txn.transaction_properties.as_deref();
+    if let Some(list) = props.and_then(|p| p.get(SOURCE_TXNS)) {
+        return list.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+    }
+    match props.and_then(|p| p.get(SOURCE_TXN)) {
+        Some(one) => vec![one.clone()],
+        None => vec![txn.uuid.clone()],
+    }
 }
 
-/// The transaction uuids a history holds: its own commits' and those they were replayed from.
-/// A source commit whose uuid is in here is already in the target.
+/// The original commits a history holds. A source commit whose origins are all in here is already
+/// in the target, however many replays apart.
 pub fn known_transactions(history: &[Commit]) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for c in history {
-        out.insert(c.txn.uuid.clone());
-        if let Some(from) = replayed_from(&c.txn) {
-            out.insert(from.to_string());
-        }
-    }
-    out
+    history.iter().flat_map(|c| origins(&c.txn)).collect()
 }
 
 /// Fragment ids that appear in `version` of a chain and not in the version before, ascending: the

@@ -192,13 +192,20 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
             RewriteFragments { groups, rewritten_indices: Vec::new(), frag_reuse_index: None }.into()
         }
         AnyAction::AddIndex(a) => {
-            let mut index = cx.graft.index(&a.index);
+            let index = cx.graft.index(&a.index);
+            // The index's files address rows as (fragment id, offset): it can only be read where
+            // every fragment it covers kept its id.
             if let Some(bitmap) = &a.index.fragment_bitmap {
-                let mut mapped = roaring::RoaringBitmap::new();
                 for id in bitmap {
-                    mapped.insert(cx.fragments.target(u64::from(id))? as u32);
+                    let target = cx.fragments.target(u64::from(id))?;
+                    if target != u64::from(id) {
+                        return Err(format!(
+                            "index '{}' addresses rows of fragment {id}, which is fragment {target} on the target; \
+                             rebuild the index there instead",
+                            a.index.name
+                        ));
+                    }
                 }
-                index.fragment_bitmap = Some(mapped);
             }
             AddIndex { index }.into()
         }

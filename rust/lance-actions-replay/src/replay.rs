@@ -23,7 +23,7 @@ use roaring::RoaringBitmap;
 use crate::error::{Error, LanceContext, Result};
 use crate::graft::Graft;
 use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
-use crate::provenance::{self, known_transactions, new_fragment_ids, replayed_from};
+use crate::provenance::{self, known_transactions, new_fragment_ids, origins};
 use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
 
 /// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
@@ -35,8 +35,9 @@ pub struct SourceCommit {
     pub actions: ActionTxn,
     /// Fragment ids this commit created on its chain, ascending.
     pub new_ids: Vec<u64>,
-    /// The transaction this commit was itself replayed from, if any.
-    pub replayed_from: Option<String>,
+    /// The original commits this one stands for (itself, the commit it was replayed from, or the
+    /// range of a squash).
+    pub origins: Vec<String>,
 }
 
 /// Why a replayed commit does not commute with what the target did since the merge base.
@@ -176,9 +177,15 @@ impl Session {
         session.map_already_replayed(&all, &target_history).await?;
         for s in all {
             let wanted = only.is_none_or(|v| s.chain == *source && v.contains(&s.version));
-            let in_target =
-                target_known.contains(&s.uuid) || s.replayed_from.as_ref().is_some_and(|u| target_known.contains(u));
-            if in_target || is_graft_only(&s.actions) {
+            let known = s.origins.iter().filter(|o| target_known.contains(*o)).count();
+            if known > 0 && known < s.origins.len() {
+                return Err(Error::NotReplayable {
+                    branch: chain_name(&s.chain).into(),
+                    version: s.version,
+                    why: format!("it squashes {} commits of which the target already has {known}", s.origins.len()),
+                });
+            }
+            if known > 0 || is_graft_only(&s.actions) {
                 if wanted {
                     session.skipped.push(s.version);
                 }
@@ -219,7 +226,7 @@ impl Session {
             version: c.version,
             uuid: c.txn.uuid.clone(),
             new_ids: new_fragment_ids(&self.root, &c.chain, c.version).await?,
-            replayed_from: replayed_from(&c.txn).map(String::from),
+            origins: origins(&c.txn),
             actions,
         })
     }
@@ -228,10 +235,8 @@ impl Session {
     /// the target in the first place) map to the target's ids.
     async fn map_already_replayed(&mut self, source: &[SourceCommit], target_history: &[Commit]) -> Result<()> {
         for t in target_history {
-            let twin = source.iter().find(|s| {
-                replayed_from(&t.txn) == Some(s.uuid.as_str())
-                    || s.replayed_from.as_deref() == Some(t.txn.uuid.as_str())
-            });
+            let theirs = origins(&t.txn);
+            let twin = source.iter().find(|s| s.origins == theirs);
             if let Some(s) = twin
                 && !s.new_ids.is_empty()
             {
@@ -249,13 +254,11 @@ impl Session {
     /// The target's own commits since the merge base (what the source never saw), as peers, with
     /// the row facts their deletion vectors need.
     async fn target_peers(&self) -> Result<(Vec<Peer>, ReplayFacts)> {
-        let lineage = Lineage::of(&self.root, &self.target, None).await?;
-        let history = commits(&self.root, &lineage.segments_since(&self.base)).await?;
+        let history = self.target_history().await?;
         let mut peers = Vec::new();
         let mut facts = ReplayFacts::default();
         for c in history {
-            let ours = self.source_known.contains(&c.txn.uuid)
-                || replayed_from(&c.txn).is_some_and(|u| self.source_known.contains(u) || self.is_pending(u));
+            let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o) || self.is_pending(o));
             if ours {
                 continue;
             }
@@ -277,8 +280,19 @@ impl Session {
         Ok((peers, facts))
     }
 
-    fn is_pending(&self, uuid: &str) -> bool {
-        self.pending.iter().any(|s| s.uuid == uuid)
+    /// The target's commits since the merge base, read now.
+    async fn target_history(&self) -> Result<Vec<Commit>> {
+        let lineage = Lineage::of(&self.root, &self.target, None).await?;
+        commits(&self.root, &lineage.segments_since(&self.base)).await
+    }
+
+    /// Where the target already holds this step (a concurrent replay of the same commit landed).
+    async fn already_landed(&self, step: &SourceCommit) -> Result<Option<Commit>> {
+        Ok(self.target_history().await?.into_iter().find(|c| origins(&c.txn) == step.origins))
+    }
+
+    fn is_pending(&self, origin: &str) -> bool {
+        self.pending.iter().any(|s| s.origins.iter().any(|o| o == origin))
     }
 
     /// Bind one source commit to `head`: the bases it needs and its actions. A refusal is typed.
@@ -377,20 +391,33 @@ impl Session {
     async fn execute_step(&mut self, step: &SourceCommit, max_attempts: usize) -> Result<Result<Landed, Conflict>> {
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
         let mut last = String::new();
-        for _ in 0..max_attempts.max(1) {
+        let mut attempts = 0;
+        while attempts < max_attempts.max(1) {
+            // Another replay of the same commit may have landed meanwhile: never land it twice.
+            if let Some(done) = self.already_landed(step).await? {
+                let target_new = new_fragment_ids(&self.root, &done.chain, done.version).await?;
+                self.fragments.record(&step.new_ids, &target_new).map_err(|why| Error::NotReplayable {
+                    branch: chain_name(&step.chain).into(),
+                    version: step.version,
+                    why,
+                })?;
+                return Ok(Ok(Landed { source_version: step.version, target_version: done.version }));
+            }
             let target = Arc::new(open_chain(&self.root, &self.target).await?);
             let head = table_state(&target).await?;
             let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
             if !bases.is_empty() {
+                // Adding the bases is not an attempt at the replay itself.
                 self.add_bases(&target, bases).await?;
                 continue;
             }
+            attempts += 1;
             let (peers, facts) = self.target_peers().await?;
             let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
             if let Some(c) = self.conflict(step, r.verdict) {
                 return Ok(Err(c));
             }
-            let props = provenance::properties(&step.chain, step.version, &step.uuid, &self.operation);
+            let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
             match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
                 Ok((ds, report)) => {
                     let target_new = new_fragment_ids(&self.root, &self.target, report.version).await?;
@@ -415,7 +442,7 @@ impl Session {
         let txn = ActionTxn::new(OperationKind::UpdateBases, vec![AddBases { bases }.into()]);
         match target.action_commit().execute_actions(target.manifest().version, txn).await {
             // A concurrent graft of the same location: the next attempt finds and reuses it.
-            Ok(_) | Err(CommitError::Retry { .. } | CommitError::Fail { .. }) => Ok(()),
+            Ok(_) | Err(CommitError::Retry { .. }) => Ok(()),
             Err(source) => Err(Error::Commit { source }),
         }
     }

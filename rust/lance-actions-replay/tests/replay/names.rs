@@ -99,3 +99,20 @@ async fn cleanup_of_the_source_keeps_the_files_a_graft_reads() {
     feature.cleanup_old_versions(chrono::TimeDelta::milliseconds(1), Some(true), Some(false)).await.expect("cleanup");
     assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(100, 110)).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_deleted_name_does_not_come_back_as_an_earlier_incarnation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    let mut root = Dataset::open(&uri).await.expect("open");
+    root.create_branch("old", 1, None).await.expect("plain Lance branch");
+    append(&b, "old", &[77]).await;
+    b.rebase("old", "main", &ReplayOptions::default()).await.expect("rebase adopts and repoints");
+    b.delete("old").await.expect("nothing reads the rebased branch");
+    assert!(matches!(b.resolve("old").await, Err(Error::NoSuchBranch { .. })), "the plain branch 'old' stays retired");
+    assert!(!b.list().await.expect("list").iter().any(|(n, _)| n == "old"));
+    let fresh = b.create("old", "main", None).await.expect("the name can be reused");
+    assert_ne!(fresh, "old");
+    assert_eq!(ids(&b, "old").await, range(0, 10));
+}

@@ -204,3 +204,45 @@ async fn nested_branches_merge_back_two_levels() {
     let main = open(&b, "main").await;
     assert!(main.manifest().base_paths.values().any(|p| p.path.contains("child")), "{:?}", main.manifest().base_paths);
 }
+
+/// A commit reaching main along two paths (directly and through another branch) lands once.
+#[tokio::test]
+async fn a_commit_merged_along_two_paths_lands_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("g", "main", None).await.expect("g");
+    append(&b, "g", &range(500, 505)).await;
+    b.create("feature", "main", None).await.expect("feature");
+    append(&b, "feature", &range(600, 602)).await;
+    b.merge("g", "feature", &opts()).await.expect("g into feature");
+    b.merge("feature", "main", &opts()).await.expect("feature into main");
+    let again = b.merge("g", "main", &opts()).await.expect("g into main");
+    assert!(matches!(again, Outcome::AlreadyUpToDate { .. }), "{again:?}");
+    let mut expected: Vec<i64> = range(0, 10).into_iter().chain(range(500, 505)).chain(range(600, 602)).collect();
+    expected.sort_unstable();
+    assert_eq!(ids(&b, "main").await, expected, "no row twice");
+}
+
+/// An index addresses rows by fragment id: when the target numbered the branch's fragments
+/// differently, replaying it would point at the wrong rows, so it is refused before any write.
+#[tokio::test]
+async fn an_index_over_renumbered_fragments_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 105)).await;
+    append(&b, "main", &range(10, 15)).await; // takes the id feature's fragment has on the branch
+    let mut feature = open(&b, "feature").await;
+    feature
+        .create_index(&["id"], IndexType::BTree, Some("id_idx".into()), &ScalarIndexParams::default(), false)
+        .await
+        .expect("index");
+    let before = inventory(dir.path());
+    match b.merge("feature", "main", &opts()).await {
+        Err(Error::NotReplayable { why, .. }) => assert!(why.contains("rebuild the index"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(inventory(dir.path()), before, "nothing written");
+}

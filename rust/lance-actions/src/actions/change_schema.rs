@@ -87,7 +87,7 @@ impl Action for ChangeSchema {
 
     /// A schema change of a keyed table keeps exactly its primary key (RFC-023 §9).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
-        keeps_primary_key(ActionKind::ChangeSchema, state, &self.schema)
+        keeps_primary_key(ActionKind::ChangeSchema, state, &self.schema, true)
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

@@ -55,22 +55,30 @@ pub(crate) fn supplier_writes(fields: &BTreeSet<i32>) -> Mask {
 
 /// On a keyed table, a new schema must carry exactly the declared primary key, on the same field
 /// ids, non-nullable: overwrite and schema change preserve the key (RFC-023 §9).
+///
+/// `same_field_ids`: a schema change must keep the key on the same field ids; an overwrite assigns
+/// field ids afresh (Lance numbers an overwrite's fields by position), so only names are compared.
 pub(crate) fn keeps_primary_key(
     ours: crate::ActionKind,
     state: &crate::TableState,
     new_schema: &lance_core::datatypes::Schema,
+    same_field_ids: bool,
 ) -> Result<(), crate::Reason> {
     use crate::table_class::{TableClass, check_primary_key, primary_key_of};
-    let TableClass::Keyed { key } = TableClass::of(&state.config) else {
-        return Ok(());
-    };
     let refuse = |detail: String| Err(crate::action::invalid(ours, detail));
+    let key = match TableClass::of(&state.config) {
+        TableClass::Keyed { key } => key,
+        TableClass::Unknown(class) => {
+            return refuse(format!("the table's class '{class}' is not understood by this version"));
+        }
+        TableClass::Undeclared | TableClass::KeylessAppendOnly => return Ok(()),
+    };
     if let Err(why) = check_primary_key(new_schema, &key) {
         return refuse(format!("a keyed table keeps its primary key: {why}"));
     }
     let (before, _) = primary_key_of(&state.schema);
     let (after, _) = primary_key_of(new_schema);
-    if before != after && !before.is_empty() {
+    if same_field_ids && before != after && !before.is_empty() {
         return refuse(format!("the primary key moved from field ids {before:?} to {after:?}"));
     }
     Ok(())

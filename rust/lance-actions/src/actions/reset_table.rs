@@ -50,7 +50,7 @@ impl Action for ResetTable {
 
     /// An overwrite of a keyed table keeps exactly its primary key (RFC-023 §9).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
-        keeps_primary_key(ActionKind::ResetTable, state, &self.schema)
+        keeps_primary_key(ActionKind::ResetTable, state, &self.schema, false)
     }
 
     fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

@@ -101,13 +101,15 @@ impl Action for UpdateConfig {
             if let Some(key) = FROZEN_KEYS.iter().find(changed) {
                 return refuse(format!("'{key}' of a keyed table cannot change once set (roll-forward only)"));
             }
-            return Ok(());
         }
         match TableClass::of(&after_config) {
-            TableClass::Keyed { key } => match check_primary_key(&state.schema, &key) {
-                Ok(()) => Ok(()),
-                Err(why) => refuse(format!("cannot declare the table keyed: {why}")),
-            },
+            TableClass::Keyed { key } if key.is_empty() => refuse("a keyed table needs a non-empty key".into()),
+            TableClass::Keyed { key } if before != (TableClass::Keyed { key: key.clone() }) => {
+                match check_primary_key(&state.schema, &key) {
+                    Ok(()) => Ok(()),
+                    Err(why) => refuse(format!("cannot declare the table keyed: {why}")),
+                }
+            }
             _ => Ok(()),
         }
     }
