@@ -13,7 +13,7 @@ use std::sync::Arc;
 use lance::Dataset;
 use lance_actions::actions::add_bases::AddBases;
 use lance_actions::{Action, ActionTxn, AnyAction, Inputs, OperationKind, Peer, RebaseFacts, TableState, Verdict};
-use lance_actions::{Reason, resolve};
+use lance_actions::{Reason, Rule, resolve};
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::judge::{deleted_rows, table_state};
 use lance_actions_commit::{CommitError, DatasetActionsExt};
@@ -311,11 +311,13 @@ impl Session {
             &source_ds.manifest().base_paths,
         );
         let mut cx = RemapCx { graft: &mut graft, fragments, head };
-        let txn = remap(&step.actions, &mut cx).map_err(|why| Error::NotReplayable {
+        let mut txn = remap(&step.actions, &mut cx).map_err(|why| Error::NotReplayable {
             branch: chain_name(&step.chain).into(),
             version: step.version,
             why,
         })?;
+        // Claimed in the transaction: a concurrent replay of the same commit conflicts with it.
+        txn.context.replay_origins = step.origins.clone();
         Ok((graft.new_bases, txn))
     }
 
@@ -391,9 +393,13 @@ impl Session {
     async fn execute_step(&mut self, step: &SourceCommit, max_attempts: usize) -> Result<Result<Landed, Conflict>> {
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
         let mut last = String::new();
-        let mut attempts = 0;
+        let (mut attempts, mut grafts) = (0, 0);
         while attempts < max_attempts.max(1) {
-            // Another replay of the same commit may have landed meanwhile: never land it twice.
+            // Read the head first, then look for a replay of the same commit: one that landed
+            // up to this head is adopted; one that lands after it is a peer of our commit, and
+            // the replay claim in the context makes the two conflict.
+            let target = Arc::new(open_chain(&self.root, &self.target).await?);
+            let head = table_state(&target).await?;
             if let Some(done) = self.already_landed(step).await? {
                 let target_new = new_fragment_ids(&self.root, &done.chain, done.version).await?;
                 self.fragments.record(&step.new_ids, &target_new).map_err(|why| Error::NotReplayable {
@@ -403,11 +409,17 @@ impl Session {
                 })?;
                 return Ok(Ok(Landed { source_version: step.version, target_version: done.version }));
             }
-            let target = Arc::new(open_chain(&self.root, &self.target).await?);
-            let head = table_state(&target).await?;
             let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
             if !bases.is_empty() {
-                // Adding the bases is not an attempt at the replay itself.
+                // Adding the bases is not an attempt at the replay itself, but it is bounded.
+                grafts += 1;
+                if grafts > max_attempts.max(1) {
+                    return Err(Error::Contention {
+                        branch: chain_name(&self.target).into(),
+                        attempts: grafts,
+                        last: "the bases this replay needs kept clashing with other bases".into(),
+                    });
+                }
                 self.add_bases(&target, bases).await?;
                 continue;
             }
@@ -431,6 +443,10 @@ impl Session {
                 }
                 // A writer landed on the target meanwhile: bind again on the new head.
                 Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
+                // Another replay of the same commit landed first: the next turn adopts it.
+                Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::AlreadyReplayed => {
+                    last = reason.to_string()
+                }
                 Err(CommitError::RetriesExhausted { attempts, .. }) => last = format!("{attempts} attempts lost"),
                 Err(source) => return Err(Error::Commit { source }),
             }
@@ -441,8 +457,10 @@ impl Session {
     async fn add_bases(&self, target: &Arc<Dataset>, bases: Vec<BasePath>) -> Result<()> {
         let txn = ActionTxn::new(OperationKind::UpdateBases, vec![AddBases { bases }.into()]);
         match target.action_commit().execute_actions(target.manifest().version, txn).await {
-            // A concurrent graft of the same location: the next attempt finds and reuses it.
+            // A concurrent graft of the same location (a base clash): the next binding finds and
+            // reuses it. A clash that persists is caught by the caller's bound on grafts.
             Ok(_) | Err(CommitError::Retry { .. }) => Ok(()),
+            Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::BaseClash => Ok(()),
             Err(source) => Err(Error::Commit { source }),
         }
     }

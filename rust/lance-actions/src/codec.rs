@@ -181,6 +181,7 @@ fn encode_context(cx: &TxnContext) -> proto::TxnContext {
             .iter()
             .map(|s| proto::CompactedSsTable { shard_id: s.shard_id.as_bytes().to_vec(), generation: s.generation })
             .collect(),
+        replay_origins: cx.replay_origins.clone(),
     }
 }
 
@@ -211,6 +212,7 @@ fn decode_context(p: proto::TxnContext) -> Result<TxnContext> {
             Ok(CompactedSsTable { shard_id, generation: s.generation })
         })
         .collect::<Result<_>>()?;
+    cx.replay_origins = p.replay_origins;
     Ok(cx)
 }
 

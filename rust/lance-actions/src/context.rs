@@ -11,7 +11,7 @@ use lance_table::system_index::mem_wal::CompactedSsTable;
 use lance_table::transaction::{Operation, UpdateMode, UpdatedFragmentOffsets};
 
 use crate::action::{ActionKind, PeerAction};
-use crate::path::{ManifestPath, Mask};
+use crate::path::{ConfigMap, ManifestPath, Mask};
 use crate::verdict::{Reason, Rule, Verdict};
 
 /// The 17 Lance 14.0.2 operation kinds.
@@ -126,6 +126,10 @@ pub struct TxnContext {
     pub compacted_sstables: Vec<CompactedSsTable>,
     /// Fragment ids bound by `apply`, in the order new fragments were added.
     pub assigned_fragment_ids: Vec<u64>,
+    /// The original commits (transaction uuids) this transaction replays from another branch. Two
+    /// transactions replaying one commit conflict, so a commit is never replayed twice onto a table.
+    /// Carried in our encoding only: no Lance operation has a slot for it.
+    pub replay_origins: Vec<String>,
 }
 
 impl TxnContext {
@@ -138,17 +142,32 @@ impl TxnContext {
             updated_fragment_offsets: None,
             compacted_sstables: Vec::new(),
             assigned_fragment_ids: Vec::new(),
+            replay_origins: Vec::new(),
         }
     }
 
     /// The MemWAL shards whose generation this transaction advances.
     pub fn writes(&self) -> Mask {
-        Mask(self.compacted_sstables.iter().map(|s| ManifestPath::MemWalShard(s.shard_id)).collect())
+        let mut mask = Mask(self.compacted_sstables.iter().map(|s| ManifestPath::MemWalShard(s.shard_id)).collect());
+        for origin in &self.replay_origins {
+            mask.push(ManifestPath::ConfigEntry { map: ConfigMap::Config, key: Self::replay_claim(origin) });
+        }
+        mask
     }
 
     /// The MemWAL rule: for a shard both advance, a committed generation at or past ours means our
     /// work was already compacted (Fail); a committed generation behind ours means re-read (Retry).
     pub fn rebase(&self, peer_version: u64, peer: &TxnContext) -> Verdict {
+        if let Some(origin) = self.replay_origins.iter().find(|o| peer.replay_origins.contains(o)) {
+            return Verdict::Fail(Reason {
+                rule: Rule::AlreadyReplayed,
+                ours: ActionKind::TxnContext,
+                peer_version: Some(peer_version),
+                peer_action: Some(ActionKind::TxnContext),
+                path: Some(ManifestPath::ConfigEntry { map: ConfigMap::Config, key: Self::replay_claim(origin) }),
+                detail: format!("the committed transaction already replays commit {origin}"),
+            });
+        }
         for ours in &self.compacted_sstables {
             let Some(theirs) = peer.compacted_sstables.iter().find(|t| t.shard_id == ours.shard_id) else {
                 continue;
@@ -164,6 +183,11 @@ impl TxnContext {
             return if theirs.generation >= ours.generation { Verdict::Fail(reason) } else { Verdict::Retry(reason) };
         }
         Verdict::Ok
+    }
+
+    /// The manifest coordinate a replay of `origin` claims (never written to the config itself).
+    fn replay_claim(origin: &str) -> String {
+        format!("lance-actions.replay.claim.{origin}")
     }
 
     /// Is the peer a row-moving update (rows deleted here reappear in new fragments)?

@@ -37,6 +37,8 @@ pub enum Rule {
     Invalid,
     /// Lance's resolver rejects this pair and the model keeps Lance's answer.
     LanceCompatible,
+    /// Both transactions replay the same original commit: the first one to land has it.
+    AlreadyReplayed,
 }
 
 /// Why a transaction cannot commit as is: names our action, the committed peer's version and action,

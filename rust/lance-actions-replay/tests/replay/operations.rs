@@ -140,3 +140,30 @@ async fn a_conflicted_rebase_leaves_the_branch_as_it_was() {
     assert_eq!(b.resolve("feature").await.expect("resolve"), physical);
     assert_eq!(b.list().await.expect("list"), before, "the fresh branch was removed");
 }
+
+/// Two merges of one branch into main at once: each commit of the branch lands once; the replay
+/// that loses a race adopts the winner's commit (the context claim makes them conflict).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_concurrent_merges_of_one_branch_land_each_commit_once() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = temp_uri(&dir);
+        let b = create(&uri, &range(0, 10)).await;
+        b.create("feature", "main", None).await.expect("branch");
+        for k in 0..4 {
+            append(&b, "feature", &range(100 + 10 * k, 110 + 10 * k)).await;
+        }
+        delete(&b, "feature", "id = 1").await;
+        let (x, y) = (b.clone(), b.clone());
+        let (r1, r2) = tokio::join!(
+            tokio::spawn(async move { x.merge("feature", "main", &Default::default()).await }),
+            tokio::spawn(async move { y.merge("feature", "main", &Default::default()).await }),
+        );
+        for r in [r1.expect("task"), r2.expect("task")] {
+            let out = r.expect("both merges succeed");
+            assert!(!matches!(out, Outcome::Conflicted { .. }), "round {round}: {out:?}");
+        }
+        let expected: Vec<i64> = range(0, 10).into_iter().chain(range(100, 140)).filter(|i| *i != 1).collect();
+        assert_eq!(ids(&b, "main").await, expected, "round {round}: every row exactly once");
+    }
+}
