@@ -119,7 +119,6 @@ pub fn compose(range: &[SourceCommit]) -> Result<SourceCommit, String> {
     Ok(SourceCommit {
         chain: last.chain.clone(),
         version: last.version,
-        uuid: last.uuid.clone(),
         actions: txn,
         new_ids,
         origins: range.iter().flat_map(|c| c.origins.iter().cloned()).collect(),

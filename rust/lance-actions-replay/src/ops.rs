@@ -180,7 +180,7 @@ impl Branches {
             .await
             .lance(format!("creating the rebased branch for '{branch}'"))?;
         let built = self.replay_onto_fresh(&root, &Some(old.clone()), &fresh, None, options, "rebase").await;
-        self.finish_rewrite(&mut root, branch, expected.as_deref(), &old, &fresh, built, |landed| Outcome::Rebased {
+        self.finish_rewrite(&root, branch, expected.as_deref(), &fresh, built, |landed| Outcome::Rebased {
             old_physical: old.clone(),
             new_physical: fresh.clone(),
             landed,
@@ -200,7 +200,7 @@ impl Branches {
             return Err(Error::NotInHistory { branch: branch.into(), version: from, target: branch.into() });
         }
         if options.dry_run {
-            let probe = self.squash_plan(&root, &chain, from, to).await?;
+            let probe = self.squash_plan(&root, &chain, &lineage, from, to).await?;
             return Ok(Outcome::Squashed { old_physical: old, new_physical: String::new(), landed: probe });
         }
         let expected = self.mapped(branch).await?;
@@ -209,7 +209,7 @@ impl Branches {
             .await
             .lance(format!("creating the squashed branch for '{branch}'"))?;
         let built = self.replay_onto_fresh(&root, &chain, &fresh, Some((from, to)), options, "squash").await;
-        self.finish_rewrite(&mut root, branch, expected.as_deref(), &old, &fresh, built, |landed| Outcome::Squashed {
+        self.finish_rewrite(&root, branch, expected.as_deref(), &fresh, built, |landed| Outcome::Squashed {
             old_physical: old.clone(),
             new_physical: fresh.clone(),
             landed,
@@ -218,11 +218,16 @@ impl Branches {
     }
 
     /// What a squash would land: one commit for the range, one per later commit.
-    async fn squash_plan(&self, root: &Dataset, chain: &Chain, from: u64, to: u64) -> Result<Vec<Landed>> {
-        let lineage = Lineage::of(root, chain, Some(from - 1)).await?;
-        let mut session =
-            Session::between(root, chain, &Lineage::of(root, chain, None).await?, chain, &lineage, None, "squash")
-                .await?;
+    async fn squash_plan(
+        &self,
+        root: &Dataset,
+        chain: &Chain,
+        lineage: &Lineage,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Landed>> {
+        let before_range = Lineage::of(root, chain, Some(from - 1)).await?;
+        let mut session = Session::between(root, chain, lineage, chain, &before_range, None, "squash").await?;
         squash_pending(&mut session, from, to, chain)?;
         let base = from - 1;
         Ok(session
@@ -251,48 +256,29 @@ impl Branches {
     }
 
     /// Swap the name to the fresh branch if the replay went through; otherwise (or when another
-    /// writer changed the name meanwhile) delete the fresh branch and its pins.
-    #[allow(clippy::too_many_arguments)]
+    /// writer changed the name meanwhile) delete the fresh branch and its pins. `expected` is the
+    /// name's mapping when the operation read it (`None` for an adopted, unmapped branch).
     async fn finish_rewrite(
         &self,
-        root: &mut Dataset,
+        root: &Dataset,
         branch: &str,
         expected: Option<&str>,
-        old: &str,
         fresh: &str,
         built: Result<Run>,
         done: impl FnOnce(Vec<Landed>) -> Outcome,
     ) -> Result<Outcome> {
-        let discard = |root: &mut Dataset| {
-            let root = root.clone();
-            let fresh = fresh.to_string();
-            async move {
-                let _ = unpin(&root, &fresh, Pins::Both).await;
-                let mut root = root;
-                let _ = root.force_delete_branch(&fresh).await;
-            }
+        let result = match built {
+            Ok(Run::Done(landed)) => match self.swap(branch, expected, Some(fresh)).await {
+                Ok(()) => return Ok(done(landed)),
+                Err(e) => Err(e),
+            },
+            Ok(Run::Conflicted(conflicts, _)) => Ok(Outcome::Conflicted { conflicts, landed: Vec::new() }),
+            Err(e) => Err(e),
         };
-        match built {
-            Ok(Run::Done(landed)) => {
-                // An unmapped (adopted) branch is expected to be unmapped still.
-                let expected = expected.or(if old == branch { None } else { Some(old) });
-                match self.swap(branch, expected, Some(fresh)).await {
-                    Ok(()) => Ok(done(landed)),
-                    Err(e) => {
-                        discard(root).await;
-                        Err(e)
-                    }
-                }
-            }
-            Ok(Run::Conflicted(conflicts, _)) => {
-                discard(root).await;
-                Ok(Outcome::Conflicted { conflicts, landed: Vec::new() })
-            }
-            Err(e) => {
-                discard(root).await;
-                Err(e)
-            }
-        }
+        // Best effort: a fresh branch left behind is unreferenced and never mapped.
+        let _ = unpin(root, fresh, Pins::Both).await;
+        let _ = root.clone().force_delete_branch(fresh).await;
+        result
     }
 
     /// The physical branch `logical` is mapped to, if it is mapped (not merely adopted).

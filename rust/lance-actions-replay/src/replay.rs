@@ -31,13 +31,19 @@ use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
 pub struct SourceCommit {
     pub chain: Chain,
     pub version: u64,
-    pub uuid: String,
     pub actions: ActionTxn,
     /// Fragment ids this commit created on its chain, ascending.
     pub new_ids: Vec<u64>,
     /// The original commits this one stands for (itself, the commit it was replayed from, or the
     /// range of a squash).
     pub origins: Vec<String>,
+}
+
+impl SourceCommit {
+    /// The typed refusal to replay this commit, with the reason.
+    pub(crate) fn not_replayable(&self, why: String) -> Error {
+        Error::NotReplayable { branch: chain_name(&self.chain).into(), version: self.version, why }
+    }
 }
 
 /// Why a replayed commit does not commute with what the target did since the merge base.
@@ -179,11 +185,8 @@ impl Session {
             let wanted = only.is_none_or(|v| s.chain == *source && v.contains(&s.version));
             let known = s.origins.iter().filter(|o| target_known.contains(*o)).count();
             if known > 0 && known < s.origins.len() {
-                return Err(Error::NotReplayable {
-                    branch: chain_name(&s.chain).into(),
-                    version: s.version,
-                    why: format!("it squashes {} commits of which the target already has {known}", s.origins.len()),
-                });
+                let why = format!("it squashes {} commits of which the target already has {known}", s.origins.len());
+                return Err(s.not_replayable(why));
             }
             if known > 0 || is_graft_only(&s.actions) {
                 if wanted {
@@ -224,7 +227,6 @@ impl Session {
         Ok(SourceCommit {
             chain: c.chain.clone(),
             version: c.version,
-            uuid: c.txn.uuid.clone(),
             new_ids: new_fragment_ids(&self.root, &c.chain, c.version).await?,
             origins: origins(&c.txn),
             actions,
@@ -241,11 +243,7 @@ impl Session {
                 && !s.new_ids.is_empty()
             {
                 let target_new = new_fragment_ids(&self.root, &t.chain, t.version).await?;
-                self.fragments.record(&s.new_ids, &target_new).map_err(|why| Error::NotReplayable {
-                    branch: chain_name(&s.chain).into(),
-                    version: s.version,
-                    why,
-                })?;
+                self.fragments.record(&s.new_ids, &target_new).map_err(|why| s.not_replayable(why))?;
             }
         }
         Ok(())
@@ -254,7 +252,11 @@ impl Session {
     /// The target's own commits since the merge base (what the source never saw), as peers, with
     /// the row facts their deletion vectors need.
     async fn target_peers(&self) -> Result<(Vec<Peer>, ReplayFacts)> {
-        let history = self.target_history().await?;
+        self.peers_from(self.target_history().await?).await
+    }
+
+    /// [`Self::target_peers`] from a history already read.
+    async fn peers_from(&self, history: Vec<Commit>) -> Result<(Vec<Peer>, ReplayFacts)> {
         let mut peers = Vec::new();
         let mut facts = ReplayFacts::default();
         for c in history {
@@ -286,11 +288,6 @@ impl Session {
         commits(&self.root, &lineage.segments_since(&self.base)).await
     }
 
-    /// Where the target already holds this step (a concurrent replay of the same commit landed).
-    async fn already_landed(&self, step: &SourceCommit) -> Result<Option<Commit>> {
-        Ok(self.target_history().await?.into_iter().find(|c| origins(&c.txn) == step.origins))
-    }
-
     fn is_pending(&self, origin: &str) -> bool {
         self.pending.iter().any(|s| s.origins.iter().any(|o| o == origin))
     }
@@ -311,11 +308,7 @@ impl Session {
             &source_ds.manifest().base_paths,
         );
         let mut cx = RemapCx { graft: &mut graft, fragments, head };
-        let mut txn = remap(&step.actions, &mut cx).map_err(|why| Error::NotReplayable {
-            branch: chain_name(&step.chain).into(),
-            version: step.version,
-            why,
-        })?;
+        let mut txn = remap(&step.actions, &mut cx).map_err(|why| step.not_replayable(why))?;
         // Claimed in the transaction: a concurrent replay of the same commit conflicts with it.
         txn.context.replay_origins = step.origins.clone();
         Ok((graft.new_bases, txn))
@@ -361,11 +354,7 @@ impl Session {
                 return Ok(Err(c));
             }
             let assigned = apply(&mut head, &r.txn);
-            fragments.record(&step.new_ids, &assigned).map_err(|why| Error::NotReplayable {
-                branch: chain_name(&step.chain).into(),
-                version: step.version,
-                why,
-            })?;
+            fragments.record(&step.new_ids, &assigned).map_err(|why| step.not_replayable(why))?;
             version += 1;
             landed.push(Landed { source_version: step.version, target_version: version });
         }
@@ -400,14 +389,9 @@ impl Session {
             // the replay claim in the context makes the two conflict.
             let target = Arc::new(open_chain(&self.root, &self.target).await?);
             let head = table_state(&target).await?;
-            if let Some(done) = self.already_landed(step).await? {
-                let target_new = new_fragment_ids(&self.root, &done.chain, done.version).await?;
-                self.fragments.record(&step.new_ids, &target_new).map_err(|why| Error::NotReplayable {
-                    branch: chain_name(&step.chain).into(),
-                    version: step.version,
-                    why,
-                })?;
-                return Ok(Ok(Landed { source_version: step.version, target_version: done.version }));
+            let history = self.target_history().await?;
+            if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
+                return Ok(Ok(self.record_landed(step, &done.chain, done.version).await?));
             }
             let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
             if !bases.is_empty() {
@@ -424,22 +408,17 @@ impl Session {
                 continue;
             }
             attempts += 1;
-            let (peers, facts) = self.target_peers().await?;
+            let (peers, facts) = self.peers_from(history).await?;
             let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
             if let Some(c) = self.conflict(step, r.verdict) {
                 return Ok(Err(c));
             }
             let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
             match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
-                Ok((ds, report)) => {
-                    let target_new = new_fragment_ids(&self.root, &self.target, report.version).await?;
-                    self.fragments.record(&step.new_ids, &target_new).map_err(|why| Error::NotReplayable {
-                        branch: chain_name(&step.chain).into(),
-                        version: step.version,
-                        why,
-                    })?;
-                    self.pin(step, &ds).await?;
-                    return Ok(Ok(Landed { source_version: step.version, target_version: report.version }));
+                Ok((_, report)) => {
+                    let landed = self.record_landed(step, &self.target.clone(), report.version).await?;
+                    self.pin(step).await?;
+                    return Ok(Ok(landed));
                 }
                 // A writer landed on the target meanwhile: bind again on the new head.
                 Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
@@ -452,6 +431,14 @@ impl Session {
             }
         }
         Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: max_attempts, last })
+    }
+
+    /// The step landed at `version` of `chain` (ours, or a concurrent replay of the same commit):
+    /// record which target fragments its new fragments became.
+    async fn record_landed(&mut self, step: &SourceCommit, chain: &Chain, version: u64) -> Result<Landed> {
+        let target_new = new_fragment_ids(&self.root, chain, version).await?;
+        self.fragments.record(&step.new_ids, &target_new).map_err(|why| step.not_replayable(why))?;
+        Ok(Landed { source_version: step.version, target_version: version })
     }
 
     async fn add_bases(&self, target: &Arc<Dataset>, bases: Vec<BasePath>) -> Result<()> {
@@ -467,7 +454,7 @@ impl Session {
 
     /// Pin the source version the target now reads files from: a Lance tag keeps that version's
     /// files from `cleanup_old_versions` and the source branch from being deleted under the target.
-    async fn pin(&self, step: &SourceCommit, _target: &Dataset) -> Result<()> {
+    async fn pin(&self, step: &SourceCommit) -> Result<()> {
         let name = graft_tag(&self.target, &step.chain, step.version);
         let tags = self.root.tags();
         if tags.get(&name).await.is_ok() {
