@@ -11,12 +11,13 @@ use lance::Dataset;
 use lance_actions::table_class::{
     self, FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, KEYLESS_APPEND_ONLY, TABLE_CLASS_KEY, TableClass,
 };
-use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
 use crate::chunk::ChunkLimits;
 use crate::error::{Error, LanceContext, Result};
 use crate::key::{KeySpec, duplicates, sample};
 use crate::stage;
+use crate::write::Attempt;
 
 /// Arrow field metadata marking a field as part of Lance's unenforced primary key.
 pub const PK_METADATA_KEY: &str = "lance-schema:unenforced-primary-key";
@@ -281,8 +282,9 @@ impl KeylessTable {
             latest.checkout_latest().await.lance("reading the latest version")?;
             let latest = Arc::new(latest);
             let txn = stage::keyless_append(&latest, batches.clone()).await?;
-            match latest.action_commit().execute(txn).await {
-                Ok((ds, report)) => {
+            match crate::write::judge(latest.action_commit().execute(txn).await)? {
+                Attempt::Landed(landed) => {
+                    let (ds, report) = *landed;
                     self.dataset = Arc::new(ds);
                     return Ok(WriteOutcome {
                         version: report.version,
@@ -292,11 +294,7 @@ impl KeylessTable {
                         ..Default::default()
                     });
                 }
-                Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
-                Err(CommitError::RetriesExhausted { attempts, .. }) => {
-                    last = format!("{attempts} commit attempts lost")
-                }
-                Err(source) => return Err(Error::Commit { source }),
+                Attempt::Again(why) => last = why,
             }
         }
         Err(Error::Contention { attempts: options.max_attempts, last })

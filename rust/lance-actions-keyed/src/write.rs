@@ -31,10 +31,25 @@ use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
 
 /// What one logical attempt came to.
-enum Attempt {
+pub(crate) enum Attempt {
     Landed(Box<(Dataset, CommitReport)>),
     /// Re-read and run the whole attempt again; the string says why.
     Again(String),
+}
+
+/// Sort a commit's outcome into landed, run-again, or a typed error.
+pub(crate) fn judge(commit: Result<(Dataset, CommitReport), CommitError>) -> Result<Attempt> {
+    match commit {
+        Ok(landed) => Ok(Attempt::Landed(Box::new(landed))),
+        Err(CommitError::Retry { reason, .. }) => {
+            let key_race = matches!(reason.rule, Rule::KeysIntersect | Rule::KeysUnverifiable);
+            Ok(Attempt::Again(format!("{}{reason}", if key_race { "key race: " } else { "" })))
+        }
+        Err(CommitError::RetriesExhausted { attempts, .. }) => {
+            Ok(Attempt::Again(format!("{attempts} commit attempts lost to other writers")))
+        }
+        Err(source) => Err(Error::Commit { source }),
+    }
 }
 
 impl KeyedTable {
@@ -59,7 +74,7 @@ impl KeyedTable {
             let add = AddFragments { fragments, keys: Some(self.key.inserted_keys(&keys)?) };
             let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
             let commit = self.dataset.action_commit().execute_actions(self.dataset.manifest().version, txn).await;
-            match self.judge(commit)? {
+            match judge(commit)? {
                 Attempt::Landed(landed) => return Ok(self.landed(*landed, outcome)),
                 Attempt::Again(why) => {
                     // A concurrent insert of one of our keys is a conflict, not a reason to retry.
@@ -112,7 +127,7 @@ impl KeyedTable {
                 // Restate the class: an overwrite must never leave a keyed table undeclared.
                 *config_upsert_values = Some(class_config(&self.dataset));
             }
-            match self.judge(self.dataset.action_commit().execute(txn).await)? {
+            match judge(self.dataset.action_commit().execute(txn).await)? {
                 Attempt::Landed(landed) => return Ok(self.landed(*landed, outcome)),
                 Attempt::Again(why) => last = why,
             }
@@ -155,7 +170,7 @@ impl KeyedTable {
             if let Some(rows) = staged.affected_rows {
                 commit = commit.with_affected_rows(rows);
             }
-            match self.judge(commit.execute_actions(staged.transaction.read_version, txn).await)? {
+            match judge(commit.execute_actions(staged.transaction.read_version, txn).await)? {
                 Attempt::Landed(landed) => {
                     outcome.inserted += staged.stats.num_inserted_rows;
                     outcome.updated += staged.stats.num_updated_rows;
@@ -182,7 +197,7 @@ impl KeyedTable {
             if let Some(rows) = staged.affected_rows {
                 commit = commit.with_affected_rows(rows);
             }
-            match self.judge(commit.execute(staged.transaction).await)? {
+            match judge(commit.execute(staged.transaction).await)? {
                 Attempt::Landed(landed) => {
                     outcome.deleted += staged.num_deleted_rows;
                     self.record(*landed, outcome);
@@ -239,21 +254,6 @@ impl KeyedTable {
     async fn refuse_present(&self, keys: &[KeyValue], cause: ConflictCause) -> Result<()> {
         let present = present_keys(&self.dataset, &self.key, keys).await?;
         if present.is_empty() { Ok(()) } else { Err(Error::KeyConflict { keys: sample(&present), cause }) }
-    }
-
-    /// Sort a commit's outcome into landed, run-again, or a typed error.
-    fn judge(&self, commit: Result<(Dataset, CommitReport), CommitError>) -> Result<Attempt> {
-        match commit {
-            Ok(landed) => Ok(Attempt::Landed(Box::new(landed))),
-            Err(CommitError::Retry { reason, .. }) => {
-                let key_race = matches!(reason.rule, Rule::KeysIntersect | Rule::KeysUnverifiable);
-                Ok(Attempt::Again(format!("{}{reason}", if key_race { "key race: " } else { "" })))
-            }
-            Err(CommitError::RetriesExhausted { attempts, .. }) => {
-                Ok(Attempt::Again(format!("{attempts} commit attempts lost to other writers")))
-            }
-            Err(source) => Err(Error::Commit { source }),
-        }
     }
 
     fn landed(&mut self, landed: (Dataset, CommitReport), mut outcome: WriteOutcome) -> WriteOutcome {
