@@ -82,7 +82,8 @@ impl KeySpec {
     }
 }
 
-fn check_key_type(name: &str, data_type: &DataType) -> Result<()> {
+/// Can a column of this type be (part of) a key?
+pub(crate) fn check_key_type(name: &str, data_type: &DataType) -> Result<()> {
     match data_type {
         DataType::Utf8
         | DataType::LargeUtf8

@@ -32,7 +32,7 @@ use lance_table::format::key_existence::{KeyValue, extract_key_value_from_batch}
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 
 use crate::error::{Error, LanceContext, Result};
-use crate::key::{KeySpec, sample};
+use crate::key::{check_key_type, sample};
 use crate::table::{PK_METADATA_KEY, PK_POSITION_METADATA_KEY};
 
 /// What the migration did to one branch.
@@ -115,14 +115,7 @@ async fn verify_branch(head: &Dataset, branch: &str, key: &[String]) -> Result<u
         let Some(field) = head.schema().field(name) else {
             return Err(Error::MissingKeyColumn { branch: branch.into(), column: name.clone() });
         };
-        let probe = KeySpec { names: vec![name.clone()], field_ids: vec![field.id] };
-        let empty =
-            arrow_array::RecordBatch::new_empty(Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-                name,
-                field.data_type(),
-                true,
-            )])));
-        probe.check_batch_schema(&empty)?;
+        check_key_type(name, &field.data_type())?;
     }
     let (rows, nulls, dups) = scan_keys(head, key).await?;
     if nulls > 0 {

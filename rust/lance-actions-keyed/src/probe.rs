@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance_table::format::key_existence::KeyValue;
@@ -32,7 +31,7 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     let mut stream = scanner.try_into_stream().await.lance("scanning keys")?;
     let mut row = 0;
     while let Some(batch) = stream.try_next().await.lance("scanning keys")? {
-        for k in key_values(key, &batch, row)? {
+        for k in key.keys_of(&batch, row)? {
             if wanted_set.contains(&k) {
                 found.insert(k);
             }
@@ -42,18 +41,12 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     Ok(wanted.iter().filter(|k| found.contains(*k)).cloned().collect())
 }
 
-fn key_values(key: &KeySpec, batch: &RecordBatch, first_row: usize) -> Result<Vec<KeyValue>> {
-    key.keys_of(batch, first_row)
-}
-
 /// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).
 fn in_list_filter(key: &KeySpec, wanted: &[KeyValue]) -> Option<String> {
-    let [name] = key.names.as_slice() else { return None };
-    if wanted.len() > IN_LIST_LIMIT {
+    if key.names.len() != 1 || wanted.len() > IN_LIST_LIMIT {
         return None;
     }
-    let literals: Option<Vec<String>> = wanted.iter().map(sql_literal).collect();
-    Some(format!("{} IN ({})", quote_identifier(name), literals?.join(", ")))
+    key_predicate(key, wanted)
 }
 
 /// A key as a SQL literal, or `None` when it has no literal form we trust (then we scan).
