@@ -1,4 +1,5 @@
-//! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written.
+//! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written,
+//! except [`Error::PartlyWritten`], which says exactly what did land.
 
 use lance_actions_commit::CommitError;
 use snafu::Snafu;
@@ -115,6 +116,14 @@ pub enum Error {
     ))]
     Contention { attempts: usize, last: String },
 
+    /// A write of several chunks stopped after some chunks had landed: those stay (each chunk is
+    /// atomic, the write as a whole is not), the rest was not written.
+    #[snafu(display(
+        "the write stopped part way: {rows} row(s) in {commits} commit(s) had already landed (up to v{version}) \
+         and stay; the remaining rows were not written. Cause: {cause}"
+    ))]
+    PartlyWritten { commits: usize, rows: u64, version: u64, cause: String, inner: Box<Error> },
+
     #[snafu(display("{source}"))]
     Commit { source: CommitError },
 
@@ -132,6 +141,22 @@ impl Error {
     /// May the same logical write succeed if the caller runs it again later?
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Contention { .. })
+    }
+
+    /// `self`, or, when `outcome` shows commits already landed, [`Error::PartlyWritten`] wrapping it:
+    /// an error never claims "nothing was written" after something was.
+    pub(crate) fn after(self, outcome: &crate::WriteOutcome) -> Self {
+        if outcome.commits.is_empty() {
+            return self;
+        }
+        let cause = self.to_string().replace("; nothing was written", "").replace(", nothing was written", "");
+        Error::PartlyWritten {
+            commits: outcome.commits.len(),
+            rows: outcome.inserted + outcome.updated + outcome.deleted,
+            version: outcome.version,
+            cause,
+            inner: Box::new(self),
+        }
     }
 }
 
