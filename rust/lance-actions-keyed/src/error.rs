@@ -177,3 +177,31 @@ impl<T> LanceContext<T> for std::result::Result<T, lance::Error> {
         self.map_err(|source| Error::Lance { what: what.into(), source })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WriteOutcome;
+
+    fn missing() -> Error {
+        Error::KeysNotFound { keys: KeySample::of(["999".to_string()]) }
+    }
+
+    #[test]
+    fn an_error_after_a_landed_chunk_says_what_landed_and_never_nothing_was_written() {
+        assert!(missing().after(&WriteOutcome::default()).to_string().contains("nothing was written"));
+        let two_chunks = WriteOutcome {
+            version: 3,
+            updated: 20,
+            commits: (2..=3)
+                .map(|v| lance_actions_commit::CommitReport { version: v, read_version: v - 1, attempts: Vec::new() })
+                .collect(),
+            ..Default::default()
+        };
+        let e = missing().after(&two_chunks);
+        let text = e.to_string();
+        assert!(matches!(e, Error::PartlyWritten { commits: 2, rows: 20, version: 3, .. }), "{text}");
+        assert!(!text.contains("nothing was written"), "{text}");
+        assert!(text.contains("20 row(s) in 2 commit(s)") && text.contains("999"), "{text}");
+    }
+}

@@ -290,3 +290,66 @@ async fn a_multi_chunk_update_with_one_missing_key_writes_nothing() {
     assert_eq!((outcome.updated, outcome.commits.len()), (30, 3));
     assert!(scan(&latest(&uri).await).await.values().all(|(n, v)| *n == 1 && *v == 7));
 }
+
+/// Append id 3 (already present) through the driver, restaged on the latest version each time,
+/// after `delay`, until the driver refuses it (the table became keyed). Returns how many landed.
+async fn append_duplicates_through_the_driver(uri: String, delay: std::time::Duration) -> usize {
+    tokio::time::sleep(delay).await;
+    let mut landed = 0;
+    for _ in 0..30 {
+        let ds = latest(&uri).await;
+        let schema = Arc::new(Schema::from(ds.schema()));
+        let batch = RecordBatch::try_new(schema, plain_rows(&[3]).columns().to_vec()).expect("batch");
+        let staged = InsertBuilder::new(ds.clone())
+            .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+            .execute_uncommitted(vec![batch])
+            .await
+            .expect("stage an append");
+        match ds.action_commit().execute(staged).await {
+            Ok(_) => landed += 1,
+            // Keyed now: an insert that declares no keys is refused from any base.
+            Err(CommitError::Fail { .. }) => break,
+            Err(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    landed
+}
+
+/// The migration against a real concurrent writer of a duplicate key, started at different
+/// moments: whichever way the race goes, a keyed table never holds the duplicate, and a refused
+/// migration leaves the table unkeyed with the duplicate named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migration_racing_a_writer_of_a_duplicate_never_keys_over_it() {
+    let (mut keyed, mut refused) = (0, 0);
+    let mut duplicates_landed = 0;
+    for delay_ms in (0u64..60).step_by(3) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = temp_uri(&dir, "t");
+        plain_table(&uri, &(0..200).collect::<Vec<_>>()).await;
+        let writer =
+            tokio::spawn(append_duplicates_through_the_driver(uri.clone(), std::time::Duration::from_millis(delay_ms)));
+        let migrated = migrate(&uri, &["id"]).await;
+        let landed = writer.await.expect("writer task");
+        duplicates_landed += landed;
+        let rows = scan(&latest(&uri).await).await;
+        match migrated {
+            Ok(_) => {
+                keyed += 1;
+                assert!(duplicated(&rows).is_empty(), "delay {delay_ms} ms: keyed over {:?}", duplicated(&rows));
+                KeyedTable::open(&uri).await.expect("keyed");
+            }
+            Err(Error::DuplicateKeysInBranch { keys, .. }) => {
+                refused += 1;
+                assert!(landed > 0 && keys.first == ["3"], "delay {delay_ms} ms: {keys:?}, {landed} landed");
+                assert_eq!(duplicated(&rows), [3]);
+                assert!(matches!(KeyedTable::open(&uri).await, Err(Error::NotKeyed { .. })));
+            }
+            Err(other) => panic!("delay {delay_ms} ms: {other}"),
+        }
+    }
+    eprintln!(
+        "migration vs a duplicate writer, 20 rounds: {keyed} keyed without the duplicate, {refused} refused naming it \
+         ({duplicates_landed} duplicate appends landed before the table was keyed)"
+    );
+}
