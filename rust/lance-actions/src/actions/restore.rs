@@ -101,3 +101,54 @@ impl Restore {
         Ok(Self::new(p.version))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+    use lance_core::datatypes::Schema;
+
+    use super::*;
+    use crate::table_class::{FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY};
+
+    fn schema(keyed: bool) -> Schema {
+        let mut id = Field::new("id", DataType::Int64, !keyed);
+        if keyed {
+            id = id.with_metadata(HashMap::from([(
+                "lance-schema:unenforced-primary-key".to_string(),
+                "true".to_string(),
+            )]));
+        }
+        Schema::try_from(&ArrowSchema::new(vec![id, Field::new("v", DataType::Int64, true)])).expect("schema")
+    }
+
+    fn keyed_state() -> TableState {
+        let mut state = TableState::empty(schema(true));
+        for (k, v) in [(TABLE_CLASS_KEY, KEYED), (KEY_NAMES_KEY, "id"), (FENCING_FORMAT_KEY, FENCING_FORMAT)] {
+            state.config.insert(k.to_string(), v.to_string());
+        }
+        state
+    }
+
+    fn restore_to(config: &HashMap<String, String>, keyed: bool) -> Restore {
+        Restore { version: 1, target: Some(ClassStamp::of(config, &schema(keyed))) }
+    }
+
+    #[test]
+    fn a_restore_keeps_the_class_key_and_stamp() {
+        let keyed = keyed_state();
+        assert!(restore_to(&keyed.config, true).validate(&keyed).is_ok(), "same class: lands");
+        let err = restore_to(&HashMap::new(), false).validate(&keyed).expect_err("to a plain version");
+        assert!(err.detail.contains("only roll forward"), "{}", err.detail);
+        let mut no_stamp = keyed.config.clone();
+        no_stamp.remove(FENCING_FORMAT_KEY);
+        assert!(restore_to(&no_stamp, true).validate(&keyed).is_err(), "to a version without the stamp");
+        let err = Restore::new(1).validate(&keyed).expect_err("an unknown target on a keyed table");
+        assert!(err.detail.contains("cannot be checked"), "{}", err.detail);
+        // A plain table restores as before, known target or not.
+        let plain = TableState::empty(schema(false));
+        assert!(Restore::new(1).validate(&plain).is_ok());
+        assert!(restore_to(&HashMap::new(), true).validate(&plain).is_ok(), "a key without a class is not a class");
+    }
+}

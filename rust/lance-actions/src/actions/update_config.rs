@@ -253,6 +253,30 @@ mod tests {
     }
 
     #[test]
+    fn declaring_the_class_reads_the_rows_so_a_committed_insert_makes_it_retry() {
+        use crate::actions::add_fragments::AddFragments;
+        use crate::table_class::{FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY};
+        let entries = [(TABLE_CLASS_KEY, KEYED), (KEY_NAMES_KEY, "id")]
+            .iter()
+            .map(|(k, v)| UpdateMapEntry { key: k.to_string(), value: Some(v.to_string()) })
+            .collect();
+        let declare = ActionTxn::new(
+            OperationKind::UpdateConfig,
+            vec![
+                UpdateConfig { map: ConfigMap::Config, update: UpdateMap { update_entries: entries, replace: false } }
+                    .into(),
+            ],
+        );
+        let fragment = lance_table::format::Fragment::new(0);
+        let insert =
+            ActionTxn::new(OperationKind::Append, vec![AddFragments { fragments: vec![fragment], keys: None }.into()]);
+        assert_eq!(verdict(&declare, &insert), "retry", "the rows the declaration verified changed");
+        // The same declaration committed twice commutes; the stamp alone reads no rows.
+        assert_eq!(verdict(&declare, &declare.clone()), "ok");
+        assert_eq!(verdict(&txn(ConfigMap::Config, FENCING_FORMAT_KEY, Some("1")), &insert), "ok");
+    }
+
+    #[test]
     fn schema_metadata_commutes_per_key_and_clashes_on_the_same_key() {
         let a = txn(ConfigMap::SchemaMetadata, "a", Some("1"));
         let b = txn(ConfigMap::SchemaMetadata, "b", Some("1"));
