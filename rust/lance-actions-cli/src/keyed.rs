@@ -5,13 +5,13 @@
 //! written. Every other failure is one line on stderr and exit 1.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use lance::deps::arrow_array::RecordBatch;
-use lance::deps::arrow_schema::{Schema, SchemaRef};
+use lance::deps::arrow_schema::{DataType, Schema, SchemaRef};
 use lance_actions_keyed::migrate::BranchStep;
 use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOutcome, migrate};
 use serde_json::json;
@@ -230,8 +230,10 @@ fn infer_json(path: &Path) -> Result<SchemaRef, Failure> {
     Ok(Arc::new(schema))
 }
 
-/// Decode JSON lines with `schema`. `strict`: a field the schema lacks is an error.
+/// Decode JSON lines with `schema`. `strict`: a field the schema lacks is an error. A value that
+/// does not fit its column's type is refused first, naming its row.
 fn read_json(path: &Path, schema: SchemaRef, strict: bool) -> Result<Vec<RecordBatch>, Failure> {
+    check_json_values(path, &schema)?;
     let bad = |e: lance::deps::arrow_schema::ArrowError| {
         Failure::Message(format!("{} does not fit the table: {}", path.display(), first_line(&e.to_string())))
     };
@@ -244,6 +246,82 @@ fn read_json(path: &Path, schema: SchemaRef, strict: bool) -> Result<Vec<RecordB
         batches.push(RecordBatch::new_empty(schema));
     }
     Ok(batches)
+}
+
+/// arrow-json converts what it can: `9.5` in an integer column becomes 9 and `"13"` becomes 13. A
+/// value that does not fit its column exactly is refused here instead, with its row (counted from 1,
+/// one JSON object per line) and column, before anything is written.
+fn check_json_values(path: &Path, schema: &Schema) -> Result<(), Failure> {
+    let refuse = |row: usize, what: String| Failure::Message(format!("{}: row {row}: {what}", path.display()));
+    let mut row = 0;
+    for line in BufReader::new(open_file(path)?).lines() {
+        let line = line.map_err(|e| input_error(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        row += 1;
+        let value: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| refuse(row, format!("not a JSON object: {e}")))?;
+        let Some(object) = value.as_object() else {
+            return Err(refuse(row, "not a JSON object".into()));
+        };
+        for field in schema.fields() {
+            if let Some(v) = object.get(field.name())
+                && !fits(v, field.data_type())
+            {
+                return Err(refuse(
+                    row,
+                    format!(
+                        "{v} does not fit column '{}' of type {}; nothing was written",
+                        field.name(),
+                        field.data_type()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Does JSON value `v` fit type `t` without rounding, truncation or parsing a string? Null is left
+/// to the table (which knows nullability); types outside the scalar ones are left to arrow-json.
+fn fits(v: &serde_json::Value, t: &DataType) -> bool {
+    use serde_json::Value;
+    let signed = |n: &serde_json::Number| n.as_i64();
+    let unsigned = |n: &serde_json::Number| n.as_u64();
+    match (v, t) {
+        (Value::Null, _) => true,
+        (Value::Number(n), DataType::Int8) => signed(n).is_some_and(|i| i8::try_from(i).is_ok()),
+        (Value::Number(n), DataType::Int16) => signed(n).is_some_and(|i| i16::try_from(i).is_ok()),
+        (Value::Number(n), DataType::Int32) => signed(n).is_some_and(|i| i32::try_from(i).is_ok()),
+        (Value::Number(n), DataType::Int64) => signed(n).is_some(),
+        (Value::Number(n), DataType::UInt8) => unsigned(n).is_some_and(|u| u8::try_from(u).is_ok()),
+        (Value::Number(n), DataType::UInt16) => unsigned(n).is_some_and(|u| u16::try_from(u).is_ok()),
+        (Value::Number(n), DataType::UInt32) => unsigned(n).is_some_and(|u| u32::try_from(u).is_ok()),
+        (Value::Number(n), DataType::UInt64) => unsigned(n).is_some(),
+        (Value::Number(_), DataType::Float16 | DataType::Float32 | DataType::Float64) => true,
+        (Value::String(_), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => true,
+        (Value::Bool(_), DataType::Boolean) => true,
+        (
+            _,
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float16
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Boolean,
+        ) => false,
+        _ => true,
+    }
 }
 
 fn print_outcome(kind: WriteKind, args: &WriteArgs, o: &WriteOutcome) {

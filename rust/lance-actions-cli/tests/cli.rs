@@ -145,21 +145,25 @@ async fn log_shows_writer_actions_and_verdict_history() {
     assert!(out.contains("v1  Overwrite") && out.contains("written by lance"), "{out}");
 }
 
-/// The Python with pylance 14.0.2 that `scripts/test.sh` prepares; unset when cargo runs alone.
-fn pylance() -> Option<String> {
-    let python = std::env::var("LANCE_ACTIONS_PYTHON").ok()?;
+/// The Python with pylance 14.0.2 that `scripts/test.sh` prepares (`scripts/setup.sh` installs it).
+/// A missing interpreter fails the test loudly: a pylance test that silently returns would count
+/// as a pass that checked nothing.
+fn pylance() -> String {
+    let python = std::env::var("LANCE_ACTIONS_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "LANCE_ACTIONS_PYTHON is not set: run ./scripts/test.sh, or run ./scripts/setup.sh and \
+             export LANCE_ACTIONS_PYTHON=$PWD/python/.venv/bin/python"
+        )
+    });
     let ok = Command::new(&python).args(["-c", "import lance; assert lance.__version__ == '14.0.2'"]).status();
     assert!(ok.is_ok_and(|s| s.success()), "LANCE_ACTIONS_PYTHON={python} has no pylance 14.0.2");
-    Some(python)
+    python
 }
 
 #[tokio::test]
 async fn datasets_written_by_pylance_are_explained_judged_and_committed_to() {
     use lance_actions_commit::DatasetActionsExt;
-    let Some(python) = pylance() else {
-        eprintln!("skipped: LANCE_ACTIONS_PYTHON is not set (scripts/test.sh sets it)");
-        return;
-    };
+    let python = pylance();
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("py").to_str().expect("utf-8").to_string();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/python/write_with_pylance.py");
@@ -683,10 +687,7 @@ async fn rebase_and_squash_repoint_the_name_and_keep_the_rows() {
 /// loop after our insert is not (the boundary), and our next strict insert sees whatever landed.
 #[tokio::test]
 async fn pylance_writers_on_a_keyed_table_show_the_fence_and_its_boundary() {
-    let Some(python) = pylance() else {
-        eprintln!("skipped: LANCE_ACTIONS_PYTHON is not set (scripts/test.sh sets it)");
-        return;
-    };
+    let python = pylance();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/python/keyed_foreign_writers.py");
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = create_keyed(dir.path());
@@ -710,4 +711,47 @@ async fn pylance_writers_on_a_keyed_table_show_the_fence_and_its_boundary() {
     let thirty = jsonl(dir.path(), "thirty.jsonl", &[r#"{"id": 30, "name": "ours"}"#]);
     let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &thirty]);
     assert_eq!(code, Some(0), "our keyed insert commits after pylance's filtered one: {err}");
+}
+
+/// Bad input never half-writes (issue 9): a key named twice is refused before anything is written,
+/// and no table is left behind.
+#[test]
+fn keyed_create_with_a_key_named_twice_fails_and_leaves_no_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("k").to_str().expect("utf-8").to_string();
+    let input = jsonl(dir.path(), "rows.jsonl", &[r#"{"id": 1, "name": "a"}"#]);
+    let (code, _, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--key", "id", "--input", &input]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("'id' is named twice"), "{err}");
+    assert!(!Path::new(&uri).exists(), "a failed create leaves no table behind");
+    let (code, _, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &input]);
+    assert_eq!(code, Some(0), "the same path is free for a sound create: {err}");
+}
+
+/// arrow-json would store 9.5 as 9 and "13" as 13 in an integer key: both are refused, naming the
+/// row (counted from 1) and the column, and nothing is written.
+#[tokio::test]
+async fn keyed_writes_refuse_a_value_that_does_not_fit_its_column_and_name_the_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let cases = [
+        ("float.jsonl", r#"{"id": 9.5, "name": "x"}"#, "9.5"),
+        ("string.jsonl", r#"{"id": "13", "name": "x"}"#, "\"13\""),
+        ("name.jsonl", r#"{"id": 14, "name": 7}"#, "7"),
+    ];
+    for (file, bad, shown) in cases {
+        let input = jsonl(dir.path(), file, &[r#"{"id": 8, "name": "ok"}"#, bad]);
+        for op in ["insert", "upsert", "update"] {
+            let (code, _, err) = run_code(&["keyed", op, &uri, "--input", &input]);
+            assert_eq!(code, Some(1), "{op} {file}: {err}");
+            assert!(err.contains("row 2") && err.contains(shown) && err.contains("nothing was written"), "{err}");
+        }
+    }
+    let delete = jsonl(dir.path(), "delete.jsonl", &[r#"{"id": 1.5}"#]);
+    let (code, _, err) = run_code(&["keyed", "delete", &uri, "--input", &delete]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("row 1"), "{err}");
+    let ds = lance::Dataset::open(&uri).await.expect("open");
+    assert_eq!(ds.manifest().version, 1, "nothing was written");
+    assert_eq!(count_rows(&uri).await, 2);
 }

@@ -28,7 +28,7 @@ use snafu::Snafu;
 use crate::expect_version::{ExpectVersion, WriteRecord};
 use crate::facts::DeletionFacts;
 use crate::history::{actions_of, committed_since, peers_of};
-use crate::judge::{attach_affected_rows, deleted_rows, table_state};
+use crate::judge::{attach_affected_rows, attach_restore_targets, deleted_rows, table_state};
 
 /// Property key recording the commit's verdict history (one line per attempt).
 pub const HISTORY_KEY: &str = "lance-actions.history";
@@ -159,6 +159,7 @@ impl ActionCommit {
     pub async fn execute(self, staged: Transaction) -> CommitResult<(Dataset, CommitReport)> {
         let mut actions = actions_of(&staged).map_err(|source| CommitError::Lower { source })?;
         attach_affected_rows(&mut actions, self.affected_rows.as_ref());
+        attach_restore_targets(&mut actions, &self.dataset).await;
         let mut props = staged.transaction_properties.as_deref().cloned().unwrap_or_default();
         props.extend(self.properties.clone());
         self.run(staged.read_version, actions, staged.uuid.clone(), staged.tag.clone(), props).await
@@ -171,6 +172,7 @@ impl ActionCommit {
         mut actions: ActionTxn,
     ) -> CommitResult<(Dataset, CommitReport)> {
         attach_affected_rows(&mut actions, self.affected_rows.as_ref());
+        attach_restore_targets(&mut actions, &self.dataset).await;
         let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
         let props = self.properties.clone();
         self.run(read_version, actions, uuid, None, props).await

@@ -7,6 +7,7 @@ use lance::Dataset;
 use lance::dataset::fragment::FileFragment;
 use lance::dataset::transaction::Transaction;
 use lance::index::DatasetIndexExt;
+use lance_actions::table_class::ClassStamp;
 use lance_actions::{ActionTxn, AnyAction, Inputs, Resolution, TableState, resolve};
 use lance_select::RowAddrTreeMap;
 use roaring::RoaringBitmap;
@@ -39,6 +40,20 @@ pub fn attach_affected_rows(txn: &mut ActionTxn, affected: Option<&RowAddrTreeMa
             && let Some(rows) = affected.get_fragment_bitmap(u.fragment.id as u32)
         {
             u.affected_rows = Some(rows.clone());
+        }
+    }
+}
+
+/// Read the class each restore of `txn` would bring back (the restored version's frozen config and
+/// primary key), so the model can refuse a restore that changes a table's class (RFC-023 §8). A
+/// version that cannot be read stays unknown, which the model refuses on a classed table.
+pub async fn attach_restore_targets(txn: &mut ActionTxn, dataset: &Dataset) {
+    for action in txn.actions.iter_mut() {
+        if let AnyAction::Restore(r) = action
+            && r.target.is_none()
+            && let Ok(old) = dataset.checkout_version(r.version).await
+        {
+            r.target = Some(ClassStamp::of(&old.manifest().config, &old.manifest().schema));
         }
     }
 }
@@ -96,6 +111,7 @@ pub async fn judge_against(
     let peers = peers_of(committed)?;
     let mut ours = actions_of(staged).map_err(|source| Error::Model { source })?;
     attach_affected_rows(&mut ours, affected_rows);
+    attach_restore_targets(&mut ours, latest).await;
     let base = table_state(at_read).await?;
     let head = table_state(latest).await?;
     let facts = DeletionFacts::load(latest, &base, &ours, &peers).await?;

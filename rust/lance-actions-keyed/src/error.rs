@@ -1,4 +1,5 @@
-//! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written.
+//! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written,
+//! except [`Error::PartlyWritten`], which says exactly what did land.
 
 use lance_actions_commit::CommitError;
 use snafu::Snafu;
@@ -115,6 +116,14 @@ pub enum Error {
     ))]
     Contention { attempts: usize, last: String },
 
+    /// A write of several chunks stopped after some chunks had landed: those stay (each chunk is
+    /// atomic, the write as a whole is not), the rest was not written.
+    #[snafu(display(
+        "the write stopped part way: {rows} row(s) in {commits} commit(s) had already landed (up to v{version}) \
+         and stay; the remaining rows were not written. Cause: {cause}"
+    ))]
+    PartlyWritten { commits: usize, rows: u64, version: u64, cause: String, inner: Box<Error> },
+
     #[snafu(display("{source}"))]
     Commit { source: CommitError },
 
@@ -133,6 +142,22 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Contention { .. })
     }
+
+    /// `self`, or, when `outcome` shows commits already landed, [`Error::PartlyWritten`] wrapping it:
+    /// an error never claims "nothing was written" after something was.
+    pub(crate) fn after(self, outcome: &crate::WriteOutcome) -> Self {
+        if outcome.commits.is_empty() {
+            return self;
+        }
+        let cause = self.to_string().replace("; nothing was written", "").replace(", nothing was written", "");
+        Error::PartlyWritten {
+            commits: outcome.commits.len(),
+            rows: outcome.inserted + outcome.updated + outcome.deleted,
+            version: outcome.version,
+            cause,
+            inner: Box::new(self),
+        }
+    }
 }
 
 impl From<lance_actions_commit::Error> for Error {
@@ -150,5 +175,33 @@ pub(crate) trait LanceContext<T> {
 impl<T> LanceContext<T> for std::result::Result<T, lance::Error> {
     fn lance(self, what: impl Into<String>) -> Result<T> {
         self.map_err(|source| Error::Lance { what: what.into(), source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WriteOutcome;
+
+    fn missing() -> Error {
+        Error::KeysNotFound { keys: KeySample::of(["999".to_string()]) }
+    }
+
+    #[test]
+    fn an_error_after_a_landed_chunk_says_what_landed_and_never_nothing_was_written() {
+        assert!(missing().after(&WriteOutcome::default()).to_string().contains("nothing was written"));
+        let two_chunks = WriteOutcome {
+            version: 3,
+            updated: 20,
+            commits: (2..=3)
+                .map(|v| lance_actions_commit::CommitReport { version: v, read_version: v - 1, attempts: Vec::new() })
+                .collect(),
+            ..Default::default()
+        };
+        let e = missing().after(&two_chunks);
+        let text = e.to_string();
+        assert!(matches!(e, Error::PartlyWritten { commits: 2, rows: 20, version: 3, .. }), "{text}");
+        assert!(!text.contains("nothing was written"), "{text}");
+        assert!(text.contains("20 row(s) in 2 commit(s)") && text.contains("999"), "{text}");
     }
 }

@@ -26,7 +26,7 @@ use lance_actions::table_class::{
     FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY, TableClass, primary_key_of,
 };
 use lance_actions::{ActionTxn, OperationKind};
-use lance_actions_commit::{DatasetActionsExt, crash};
+use lance_actions_commit::{CommitError, DatasetActionsExt, crash};
 use lance_core::datatypes::Schema;
 use lance_table::format::key_existence::{KeyValue, extract_key_value_from_batch};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
@@ -82,7 +82,7 @@ pub async fn migrate(uri: &str, key: &[&str]) -> Result<MigrationReport> {
         }
         // Every pending branch verified: only now write.
         for (branch, head, rows) in heads {
-            let step = install(head, &key).await?;
+            let (step, rows) = install_verified(&main, &branch, &key, head, rows).await?;
             crash::point("migrate-after-branch");
             report.branches.push(BranchMigration { branch: branch.clone(), rows, step });
             done.insert(branch);
@@ -153,6 +153,34 @@ async fn scan_keys(head: &Dataset, key: &[String]) -> Result<(usize, usize, Vec<
         rows += batch.num_rows();
     }
     Ok((rows, nulls, dups))
+}
+
+/// How many times one branch is verified and installed again when rows change under the migration.
+const MAX_ATTEMPTS: usize = 8;
+
+/// Install the key on a branch whose `head` was verified. Both steps read the rows that were
+/// verified (the schema step its nullability claim, the class step every row), so a concurrent
+/// write makes the driver answer Retry; then the branch is read and verified again, and a duplicate
+/// a concurrent insert brought in is refused instead of keyed over (issue 9, item 24).
+async fn install_verified(
+    main: &Dataset,
+    branch: &str,
+    key: &[String],
+    mut head: Arc<Dataset>,
+    mut rows: usize,
+) -> Result<(BranchStep, usize)> {
+    let mut last = String::new();
+    for attempt in 0..MAX_ATTEMPTS {
+        if attempt > 0 {
+            head = open_branch(main, branch).await?;
+            rows = verify_branch(&head, branch, key).await?;
+        }
+        match install(head.clone(), key).await {
+            Err(Error::Commit { source: CommitError::Retry { reason, .. } }) => last = reason.to_string(),
+            other => return other.map(|step| (step, rows)),
+        }
+    }
+    Err(Error::Contention { attempts: MAX_ATTEMPTS, last })
 }
 
 /// Install the key and the class on one branch head, skipping what is already there.

@@ -142,6 +142,30 @@ pub(crate) fn conform(batches: &[RecordBatch], schema: &Arc<ArrowSchema>) -> Res
         .collect()
 }
 
+/// A key names at least one column, each once: `--key id --key id` would declare a key the schema
+/// can never carry.
+fn check_key_names(key: &[String]) -> Result<()> {
+    if key.is_empty() || key.iter().any(|k| k.trim().is_empty()) {
+        return Err(Error::Input { detail: "name at least one key column, none of them empty".into() });
+    }
+    if let Some(dup) = key.iter().enumerate().find_map(|(i, k)| key[..i].contains(k).then_some(k)) {
+        return Err(Error::Input { detail: format!("key column '{dup}' is named twice; name each key column once") });
+    }
+    if let Some(comma) = key.iter().find(|k| k.contains(',')) {
+        return Err(Error::Input { detail: format!("key column '{comma}' contains a comma, which a key name cannot") });
+    }
+    Ok(())
+}
+
+/// The directory a local `uri` names (no scheme, or `file://`); `None` for object stores.
+fn local_path(uri: &str) -> Option<std::path::PathBuf> {
+    match uri.split_once("://") {
+        None => Some(std::path::PathBuf::from(uri)),
+        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
+        Some(_) => None,
+    }
+}
+
 fn describe_class(class: &TableClass) -> String {
     match class {
         TableClass::Undeclared => "no table class declared".into(),
@@ -168,8 +192,12 @@ async fn check_stamp(dataset: &Dataset, uri: &str, branch_is_keyed: bool) -> Res
 impl KeyedTable {
     /// Create a keyed table at `uri` from `batches`, keyed on `key` (field names in key order).
     /// The rows' keys must be non-null and unique.
+    /// Every argument is checked before anything is written; if the table cannot be opened as keyed
+    /// once written, what was written is removed again (a local path only), so a failed create
+    /// leaves no table behind.
     pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
         let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
+        check_key_names(&key)?;
         let Some(first) = batches.first() else {
             return Err(Error::Input {
                 detail: "give at least one batch (it may be empty) to define the schema".into(),
@@ -183,8 +211,18 @@ impl KeyedTable {
             return Err(Error::KeyConflict { keys: sample(&dups), cause: crate::ConflictCause::DuplicateInBatch });
         }
         let batches = conform(&batches, &schema)?;
-        let dataset = stage::create_table(uri, batches, keyed_config(&key)).await?;
-        Self::from_dataset(Arc::new(dataset)).await
+        let fresh_local_path = local_path(uri).filter(|p| !p.exists());
+        let created = match stage::create_table(uri, batches, keyed_config(&key)).await {
+            Ok(dataset) => Self::from_dataset(Arc::new(dataset)).await,
+            Err(e) => Err(e),
+        };
+        if created.is_err()
+            && let Some(path) = fresh_local_path
+        {
+            // Best effort: the error the caller sees is the create's, not the clean-up's.
+            let _ = std::fs::remove_dir_all(path);
+        }
+        created
     }
 
     /// Open the latest version of main for keyed writes.

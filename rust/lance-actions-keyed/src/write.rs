@@ -104,10 +104,18 @@ impl KeyedTable {
     pub async fn delete(&mut self, keys: Vec<RecordBatch>) -> Result<WriteOutcome> {
         let keys = self.key.keys_of_all(&keys)?;
         let mut outcome = WriteOutcome { version: self.dataset.manifest().version, ..Default::default() };
-        for chunk in keys.chunks(self.options.chunk.max_rows.max(1)) {
-            let predicate = key_predicate(&self.key, chunk)
-                .ok_or_else(|| Error::Input { detail: "these keys cannot be written as a delete predicate".into() })?;
-            self.delete_chunk(&predicate, &mut outcome).await?;
+        // Every predicate is built before the first chunk commits.
+        let predicates = keys
+            .chunks(self.options.chunk.max_rows.max(1))
+            .map(|chunk| {
+                key_predicate(&self.key, chunk)
+                    .ok_or_else(|| Error::Input { detail: "these keys cannot be written as a delete predicate".into() })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for predicate in predicates {
+            if let Err(e) = self.delete_chunk(&predicate, &mut outcome).await {
+                return Err(e.after(&outcome));
+            }
         }
         Ok(outcome)
     }
@@ -137,10 +145,18 @@ impl KeyedTable {
 
     async fn merge(&mut self, batches: Vec<RecordBatch>, kind: Merge) -> Result<WriteOutcome> {
         let batches = conform(&batches, &self.arrow_schema)?;
-        self.unique_keys(&batches)?;
+        let keys = self.unique_keys(&batches)?;
+        if kind == Merge::UpdatePresent {
+            // Every key is checked before the first chunk commits: a missing key writes nothing.
+            self.refresh().await?;
+            self.refuse_missing(&keys).await?;
+        }
         let mut outcome = WriteOutcome { version: self.dataset.manifest().version, ..Default::default() };
         for chunk in self.options.chunk.split(&batches) {
-            self.merge_chunk(chunk, kind, &mut outcome).await?;
+            if let Err(e) = self.merge_chunk(chunk, kind, &mut outcome).await {
+                // A key deleted concurrently after the check can still stop a later chunk.
+                return Err(e.after(&outcome));
+            }
         }
         Ok(outcome)
     }
@@ -156,9 +172,7 @@ impl KeyedTable {
             let staged =
                 stage::merge_on_key(&self.dataset, &self.key.names, matched, not_matched, chunk.clone()).await?;
             if kind == Merge::UpdatePresent && staged.stats.num_updated_rows != keys.len() as u64 {
-                let present = present_keys(&self.dataset, &self.key, &keys).await?;
-                let missing: Vec<KeyValue> = keys.iter().filter(|k| !present.contains(k)).cloned().collect();
-                return Err(Error::KeysNotFound { keys: sample(&missing) });
+                self.refuse_missing(&keys).await?;
             }
             let declared = match kind {
                 Merge::Upsert => keys.as_slice(),
@@ -249,6 +263,13 @@ impl KeyedTable {
             return Err(Error::KeyConflict { keys: sample(&dups), cause: ConflictCause::DuplicateInBatch });
         }
         Ok(keys)
+    }
+
+    /// [`Error::KeysNotFound`] naming the keys of `keys` the current version does not hold.
+    async fn refuse_missing(&self, keys: &[KeyValue]) -> Result<()> {
+        let present = present_keys(&self.dataset, &self.key, keys).await?;
+        let missing: Vec<KeyValue> = keys.iter().filter(|k| !present.contains(k)).cloned().collect();
+        if missing.is_empty() { Ok(()) } else { Err(Error::KeysNotFound { keys: sample(&missing) }) }
     }
 
     async fn refuse_present(&self, keys: &[KeyValue], cause: ConflictCause) -> Result<()> {

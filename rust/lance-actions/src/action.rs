@@ -33,6 +33,9 @@ pub struct RebaseCx<'a> {
     /// Our own transaction-level context.
     pub ours: &'a TxnContext,
     pub facts: &'a dyn RebaseFacts,
+    /// The table at the latest version, when the caller knows it: an action whose effect is already
+    /// in place there (a key migration's steps replayed onto a migrated branch) can see so.
+    pub head: Option<&'a TableState>,
 }
 
 /// One committed peer action whose writes overlap ours, with the overlapping paths.

@@ -137,7 +137,7 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 fn check_peer(txn: &mut ActionTxn, masks: &[Mask], inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     let resets = txn.resets_baseline();
     let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
-    let cx = RebaseCx { base: inputs.base, ours: &txn.context, facts: inputs.facts };
+    let cx = RebaseCx { base: inputs.base, ours: &txn.context, facts: inputs.facts, head: inputs.head };
     let mut overlapping_pairs = 0;
     for (action, ours_mask) in txn.actions.iter_mut().zip(masks) {
         if resets && !judged_under_reset(action.kind()) {

@@ -288,7 +288,7 @@ fn single_rebase(
     if peers.is_empty() {
         return None;
     }
-    let cx = RebaseCx { base, ours: ours_cx, facts: &NoFacts };
+    let cx = RebaseCx { base, ours: ours_cx, facts: &NoFacts, head: None };
     Some(a.clone().rebase(&cx, &peers))
 }
 

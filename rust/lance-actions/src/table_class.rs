@@ -7,7 +7,7 @@
 //! - a schema change or overwrite that drops, replaces or moves the primary key (§9);
 //! - a config update that removes or changes the declared class or key (roll-forward only, §8).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use lance_core::datatypes::Schema;
 
@@ -77,6 +77,63 @@ pub fn check_primary_key(schema: &Schema, declared: &[String]) -> Result<(), Str
     match schema.unenforced_primary_key().iter().find(|f| f.nullable) {
         Some(f) => Err(format!("primary key field '{}' is nullable", f.name)),
         None => Ok(()),
+    }
+}
+
+/// What one version of a table declares about its class: the frozen config entries it holds and
+/// its schema's primary key. A restore must not change it (RFC-023 §8: roll-forward only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassStamp {
+    pub entries: BTreeMap<String, String>,
+    pub primary_key: Vec<String>,
+}
+
+impl ClassStamp {
+    pub fn of(config: &HashMap<String, String>, schema: &Schema) -> Self {
+        let entries = FROZEN_KEYS.iter().filter_map(|k| config.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+        Self { entries, primary_key: primary_key_of(schema).1 }
+    }
+
+    pub fn class(&self) -> TableClass {
+        let config: HashMap<String, String> = self.entries.clone().into_iter().collect();
+        TableClass::of(&config)
+    }
+
+    /// Does this version declare a class at all (keyed, keyless or one we do not know)?
+    pub fn declares_class(&self) -> bool {
+        self.class() != TableClass::Undeclared
+    }
+}
+
+impl std::fmt::Display for ClassStamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.class() {
+            TableClass::Undeclared => write!(f, "no table class")?,
+            TableClass::Keyed { key } => write!(f, "keyed on {key:?}")?,
+            TableClass::KeylessAppendOnly => write!(f, "keyless append-only")?,
+            TableClass::Unknown(c) => write!(f, "unknown class '{c}'")?,
+        }
+        match self.entries.get(FENCING_FORMAT_KEY) {
+            Some(stamp) => write!(f, ", fencing stamp {stamp}")?,
+            None => write!(f, ", no fencing stamp")?,
+        }
+        write!(f, ", primary key {:?}", self.primary_key)
+    }
+}
+
+/// The field ids whose values no in-place rewrite may touch: the primary key of a table declared
+/// keyed (or of a class this version does not know, which fences everything). Empty otherwise.
+pub fn fenced_key_fields(config: &HashMap<String, String>, schema: &Schema) -> Vec<i32> {
+    match TableClass::of(config) {
+        TableClass::Keyed { key } => {
+            let mut ids = primary_key_of(schema).0;
+            ids.extend(key.iter().filter_map(|name| schema.field(name).map(|f| f.id)));
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        }
+        TableClass::Unknown(_) => primary_key_of(schema).0,
+        TableClass::Undeclared | TableClass::KeylessAppendOnly => Vec::new(),
     }
 }
 

@@ -86,7 +86,7 @@ pub fn lift(op: &Operation) -> ActionTxn {
             ChangeSchema { schema: schema.clone(), preserves_nullability: *preserves_nullability }.into(),
             MergeColumns { fragments: fragments.clone() }.into(),
         ],
-        Operation::Restore { version } => vec![Restore { version: *version }.into()],
+        Operation::Restore { version } => vec![Restore::new(*version).into()],
         Operation::ReserveFragments { num_fragments } => vec![ReserveFragmentIds { count: *num_fragments }.into()],
         Operation::Update { .. } => lift_update(op, &mut cx),
         Operation::Project { schema, preserves_nullability } => {

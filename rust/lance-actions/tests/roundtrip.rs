@@ -388,7 +388,7 @@ fn an_opaque_action_is_not_lowerable() {
 fn a_shell_cannot_carry_a_foreign_action() {
     let add: AnyAction = AddFragments { fragments: vec![Fragment::new(0)], keys: None }.into();
     let remove: AnyAction = RemoveFragments { ids: vec![1] }.into();
-    let restore: AnyAction = Restore { version: 3 }.into();
+    let restore: AnyAction = Restore::new(3).into();
 
     assert!(lower(&ActionTxn::new(OperationKind::Append, vec![add.clone()])).is_ok());
     assert_not_lowerable(&ActionTxn::new(OperationKind::Append, vec![add.clone(), remove.clone()]), "Append + Remove");

@@ -5,4 +5,5 @@ mod fencing;
 mod guards;
 mod migration;
 mod routing;
+mod soundness;
 mod support;

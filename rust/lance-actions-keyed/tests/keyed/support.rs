@@ -71,3 +71,13 @@ pub async fn scan(ds: &Arc<Dataset>) -> BTreeMap<i64, (usize, i64)> {
 pub fn duplicated(scan: &BTreeMap<i64, (usize, i64)>) -> Vec<i64> {
     scan.iter().filter(|(_, (n, _))| *n > 1).map(|(k, _)| *k).collect()
 }
+
+/// A child test process run by name must have run exactly that one test: libtest exits 0 having
+/// run nothing when the name matches no test, which must not pass for a child that did its work.
+pub fn assert_child_ran(stdout: &[u8], name: &str) {
+    let out = String::from_utf8_lossy(stdout);
+    assert!(
+        out.contains("running 1 test") && out.contains(&format!("test {name} ")),
+        "child {name} did not run: {out}"
+    );
+}

@@ -11,6 +11,7 @@ use crate::keys::KeyHashSet;
 use lance_table::format::Fragment;
 use lance_table::format::key_existence::KeyExistenceFilter;
 
+use super::change_schema::ChangeSchema;
 use super::{fragment_fields, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
@@ -33,17 +34,19 @@ impl AddFragments {
         !self.fragments.is_empty()
     }
 
-    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+    fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddFragments;
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }
         match (peer.action, peer.their_path) {
-            (AnyAction::ChangeSchema(cs), _) if !cs.preserves_nullability => peer.retry(
-                K,
-                Rule::SchemaChanged,
-                "the committed schema change may tighten nullability of values we write",
-            ),
+            (AnyAction::ChangeSchema(cs), _) if !cs.preserves_nullability && !self.keeps_tightened_fields(cx, cs) => {
+                peer.retry(
+                    K,
+                    Rule::SchemaChanged,
+                    "the committed schema change may tighten nullability of values we write",
+                )
+            }
             (AnyAction::AddFragments(theirs), _) => self.rebase_against_insert(peer, theirs),
             // A committed in-place write of a key column changes keys we cannot see.
             // Every written path of the peer reaches us as its own `PeerAction`, so matching on the
@@ -54,7 +57,11 @@ impl AddFragments {
                 format!("the committed action rewrote values of key field {field}"),
             ),
             // The table's class or key changed under us: what we insert must be re-validated.
-            (_, ManifestPath::ConfigEntry { key, .. }) if table_class::FROZEN_KEYS.contains(&key.as_str()) => {
+            // An insert that declares its keys is re-validated against the head's class and key by
+            // `validate`; only an undeclared one may have relied on the class it read.
+            (_, ManifestPath::ConfigEntry { key, .. })
+                if self.keys.is_none() && table_class::FROZEN_KEYS.contains(&key.as_str()) =>
+            {
                 peer.retry(K, Rule::KeysUnverifiable, format!("the committed action changed the table's {key}"))
             }
             (_, ManifestPath::ConfigMapWhole(ConfigMap::Config)) if self.inserts_rows() => {
@@ -92,6 +99,22 @@ impl AddFragments {
                 }
             }
         }
+    }
+
+    /// A committed schema change that tightens nullability (relative to our base) of no field but
+    /// our declared key fields cannot be falsified by our rows: our exact key set was built from
+    /// non-null keys, and our writer built the other columns to the base's nullability. This is a
+    /// key migration's schema step met by a keyed insert replayed from a migrated branch (issue 9,
+    /// item 10). Lance-staged inserts (no exact set) keep the conservative Retry.
+    fn keeps_tightened_fields(&self, cx: &RebaseCx<'_>, cs: &ChangeSchema) -> bool {
+        let Some(exact) = self.keys.as_ref().and_then(|k| k.exact.as_ref()) else { return false };
+        let tightened: Vec<i32> = cs
+            .schema
+            .fields_pre_order()
+            .filter(|f| !f.nullable && cx.base.schema.field_by_id(f.id).is_some_and(|b| b.nullable))
+            .map(|f| f.id)
+            .collect();
+        tightened.iter().all(|id| exact.field_ids.contains(id))
     }
 
     fn key_fields(&self) -> &[i32] {
@@ -165,8 +188,8 @@ impl Action for AddFragments {
         self.validate_keyed_insert(state)
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {

@@ -9,7 +9,7 @@ use roaring::RoaringBitmap;
 
 use super::update_deletion_vector::UpdateDeletionVector;
 
-use super::{file_fields, supplier_reads, supplier_writes};
+use super::{file_fields, refuses_key_rewrite, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::path::{FragmentScope, ManifestPath, Mask};
@@ -105,7 +105,7 @@ impl Action for AddOverlay {
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         match state.fragment(self.group.fragment_id) {
             None => Err(invalid(ActionKind::AddOverlay, format!("fragment {} does not exist", self.group.fragment_id))),
-            Some(_) => Ok(()),
+            Some(_) => refuses_key_rewrite(ActionKind::AddOverlay, state, &self.fields()),
         }
     }
 

@@ -27,6 +27,20 @@ impl ChangeSchema {
         self.schema.fields_pre_order().map(|f| f.id).collect()
     }
 
+    /// Is this the schema step of a key migration: a primary key where our base had none?
+    fn installs_key(&self, base: &TableState) -> bool {
+        use crate::table_class::primary_key_of;
+        primary_key_of(&base.schema).0.is_empty() && !primary_key_of(&self.schema).0.is_empty()
+    }
+
+    /// Is exactly this schema already the head's? A key migration runs on every branch, so a
+    /// migrated branch replayed onto its migrated main carries the same key install; it is already
+    /// in place, the rows before it were verified by the migration that installed it, and the rows
+    /// after it were written under it (issue 9, item 10).
+    fn already_installed(&self, head: Option<&TableState>) -> bool {
+        head.is_some_and(|h| h.schema == self.schema && h.schema.metadata == self.schema.metadata)
+    }
+
     fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::ChangeSchema;
         if let Some(v) = peer.baseline_verdict(K) {
@@ -91,6 +105,10 @@ impl Action for ChangeSchema {
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        let replaced = peers.iter().any(|p| p.replaced_baseline() || p.is_opaque());
+        if !replaced && self.installs_key(cx.base) && self.already_installed(cx.head) {
+            return Verdict::Ok;
+        }
         fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 

@@ -6,8 +6,8 @@ use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::Fragment;
 
-use super::{fragment_fields, supplier_writes};
-use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
+use super::{fragment_fields, key_field_with_new_files, supplier_writes};
+use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::path::{FragmentScope, ManifestPath, Mask};
 use crate::state::TableState;
@@ -59,7 +59,36 @@ impl Action for MergeColumns {
         mask
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
+    /// On a keyed table a merge adds columns and nothing else: a fragment it adds would insert
+    /// undeclared keys, and other files for a key column would rewrite keys in place (issue 9, 22).
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        let key = crate::table_class::fenced_key_fields(&state.config, &state.schema);
+        if key.is_empty() {
+            return Ok(());
+        }
+        let refuse = |detail: String| Err(invalid(ActionKind::MergeColumns, detail));
+        let mut seen = std::collections::BTreeSet::new();
+        for fragment in &self.fragments {
+            // Ids repeat only for brand-new fragments (they arrive with id 0), as in `apply`.
+            match state.fragment(fragment.id).filter(|_| seen.insert(fragment.id)) {
+                None => {
+                    return refuse(format!(
+                        "the table is keyed: a merge that adds a fragment inserts rows whose keys it does not \
+                         declare (given id {}); insert rows with a keyed insert",
+                        fragment.id
+                    ));
+                }
+                Some(before) => {
+                    if let Some(field) = key_field_with_new_files(&key, before, fragment) {
+                        return refuse(format!(
+                            "the table is keyed: the merge restates fragment {} with other files for key field \
+                             {field}, rewriting its keys in place",
+                            fragment.id
+                        ));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 

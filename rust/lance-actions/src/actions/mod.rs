@@ -83,3 +83,34 @@ pub(crate) fn keeps_primary_key(
     }
     Ok(())
 }
+
+/// On a keyed table no action rewrites key values in place (a column replacement, a column-rewriting
+/// update, an overlay, a merge that swaps a key column's files): the new keys would reach the table
+/// without any key declaration, so no fence could see a duplicate (issue 9, item 22). Keys change
+/// only by deleting and inserting rows, which the key rules judge.
+pub(crate) fn refuses_key_rewrite(
+    ours: crate::ActionKind,
+    state: &crate::TableState,
+    written: &BTreeSet<i32>,
+) -> Result<(), crate::Reason> {
+    let key = crate::table_class::fenced_key_fields(&state.config, &state.schema);
+    match written.iter().find(|f| key.contains(f)) {
+        Some(field) => Err(crate::action::invalid(
+            ours,
+            format!(
+                "the table is keyed: rewriting values of key field {field} in place bypasses the key fence; \
+                 delete the rows and insert them with their new keys instead"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A key field of `key` whose data files differ between `before` and `after` (the same fragment):
+/// restating a fragment with other files for a key column rewrites its keys in place.
+pub(crate) fn key_field_with_new_files(key: &[i32], before: &Fragment, after: &Fragment) -> Option<i32> {
+    let files_of = |fragment: &Fragment, field: i32| -> Vec<String> {
+        fragment.files.iter().filter(|f| f.fields.contains(&field)).map(|f| f.path.clone()).collect()
+    };
+    key.iter().copied().find(|&field| files_of(before, field) != files_of(after, field))
+}

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use lance_table::format::{DataFile, Fragment};
 
-use super::{file_fields, supplier_reads, supplier_writes};
+use super::{file_fields, key_field_with_new_files, refuses_key_rewrite, supplier_reads, supplier_writes};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::path::{FragmentScope, IndexScope, ManifestPath, Mask};
@@ -43,6 +43,27 @@ impl ReplaceFragmentColumns {
         match &self.target {
             ColumnTarget::File { file, .. } => file_fields([file]),
             ColumnTarget::Rewritten { fields, .. } => fields.iter().map(|f| *f as i32).collect(),
+        }
+    }
+
+    /// An update's post-image restates the whole fragment: on a keyed table its key columns must
+    /// keep their files, whatever `fields_modified` says.
+    fn keeps_key_files(&self, state: &TableState) -> Result<(), Reason> {
+        let (ColumnTarget::Rewritten { fragment, .. }, Some(before)) =
+            (&self.target, state.fragment(self.fragment_id()))
+        else {
+            return Ok(());
+        };
+        let key = crate::table_class::fenced_key_fields(&state.config, &state.schema);
+        match key_field_with_new_files(&key, before, fragment) {
+            Some(field) => Err(invalid(
+                ActionKind::ReplaceFragmentColumns,
+                format!(
+                    "the table is keyed: the update rewrites key field {field} of fragment {} in place",
+                    fragment.id
+                ),
+            )),
+            None => Ok(()),
         }
     }
 
@@ -142,7 +163,10 @@ impl Action for ReplaceFragmentColumns {
         }
         match self.fields().into_iter().find(|f| !state.has_field(*f)) {
             Some(f) => Err(invalid(ActionKind::ReplaceFragmentColumns, format!("field {f} is not in the schema"))),
-            None => Ok(()),
+            None => {
+                refuses_key_rewrite(ActionKind::ReplaceFragmentColumns, state, &self.fields())?;
+                self.keeps_key_files(state)
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_ve
 use crate::context::{OperationKind, TxnContext};
 use crate::path::{ConfigMap, ManifestPath, Mask};
 use crate::state::TableState;
-use crate::table_class::{FROZEN_KEYS, TableClass, check_primary_key};
+use crate::table_class::{FROZEN_KEYS, KEY_NAMES_KEY, TABLE_CLASS_KEY, TableClass, check_primary_key};
 use crate::verdict::{Reason, Rule, Verdict};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,18 +35,46 @@ impl UpdateConfig {
             return true;
         }
         self.update.update_entries.iter().any(|ours| {
-            other
-                .update
-                .update_entries
-                .iter()
-                .any(|theirs| ours.key == theirs.key && (ours.value.is_some() || theirs.value.is_some()))
+            other.update.update_entries.iter().any(|theirs| {
+                let same_declaration = self.map == ConfigMap::Config
+                    && FROZEN_KEYS.contains(&ours.key.as_str())
+                    && ours.value.is_some()
+                    && ours.value == theirs.value;
+                ours.key == theirs.key && (ours.value.is_some() || theirs.value.is_some()) && !same_declaration
+            })
         })
     }
 
-    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+    /// Does this update declare the table's class or key? Such a declaration rests on a scan of the
+    /// rows (no duplicate, no null key), so it reads every row (issue 9, item 24).
+    fn declares_class(&self) -> bool {
+        self.map == ConfigMap::Config
+            && !self.update.replace
+            && self
+                .update
+                .update_entries
+                .iter()
+                .any(|e| e.value.is_some() && (e.key == TABLE_CLASS_KEY || e.key == KEY_NAMES_KEY))
+    }
+
+    /// Are this update's class entries already in `config` (a restatement)?
+    fn restates(&self, config: &std::collections::HashMap<String, String>) -> bool {
+        self.update
+            .update_entries
+            .iter()
+            .filter(|e| FROZEN_KEYS.contains(&e.key.as_str()))
+            .all(|e| e.value.as_ref() == config.get(&e.key))
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>, rows_verified: bool) -> Verdict {
         const K: ActionKind = ActionKind::UpdateConfig;
         match peer.action {
             AnyAction::Opaque(_) => peer.fail(K, Rule::Opaque, "the committed operation is not understood"),
+            _ if !rows_verified && changes_rows(peer.their_path) => peer.retry(
+                K,
+                Rule::KeysUnverifiable,
+                "the committed action changed rows after the key was verified; verify the rows again",
+            ),
             AnyAction::Restore(_) | AnyAction::ResetTable(_) if self.is_schema_metadata() => {
                 peer.fail(K, Rule::BaselineReplaced, "the schema our metadata update targets was replaced")
             }
@@ -69,7 +97,7 @@ impl Action for UpdateConfig {
     }
 
     fn reads(&self) -> Mask {
-        Mask::new()
+        if self.declares_class() { Mask::new().with(ManifestPath::TableData) } else { Mask::new() }
     }
 
     fn writes(&self) -> Mask {
@@ -114,8 +142,14 @@ impl Action for UpdateConfig {
         }
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        // A declaration the base or the head already holds rests on rows its declarer verified:
+        // an overwrite restating the class, or a migrated branch replayed onto its migrated main
+        // (issue 9, item 10). Rows committed after the head's declaration were fenced by it.
+        let rows_verified = !self.declares_class()
+            || self.restates(&cx.base.config)
+            || cx.head.is_some_and(|head| self.restates(&head.config));
+        fold_verdicts(peers, |p| self.rebase_one(p, rows_verified))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
@@ -130,6 +164,20 @@ impl Action for UpdateConfig {
         };
         self.apply_to(target);
     }
+}
+
+/// Does a committed write of `path` change which rows (or which key values) the table holds?
+/// Schema definitions and config do not.
+fn changes_rows(path: &ManifestPath) -> bool {
+    matches!(
+        path,
+        ManifestPath::Table
+            | ManifestPath::TableData
+            | ManifestPath::FragmentSet
+            | ManifestPath::Fragment { .. }
+            | ManifestPath::FragmentsCoveringField { .. }
+            | ManifestPath::FieldValues { .. }
+    )
 }
 
 impl UpdateConfig {
@@ -202,6 +250,30 @@ mod tests {
         let base = TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
         let peers = [Peer::new(2, theirs.clone())];
         resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts }).verdict.label()
+    }
+
+    #[test]
+    fn declaring_the_class_reads_the_rows_so_a_committed_insert_makes_it_retry() {
+        use crate::actions::add_fragments::AddFragments;
+        use crate::table_class::{FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY};
+        let entries = [(TABLE_CLASS_KEY, KEYED), (KEY_NAMES_KEY, "id")]
+            .iter()
+            .map(|(k, v)| UpdateMapEntry { key: k.to_string(), value: Some(v.to_string()) })
+            .collect();
+        let declare = ActionTxn::new(
+            OperationKind::UpdateConfig,
+            vec![
+                UpdateConfig { map: ConfigMap::Config, update: UpdateMap { update_entries: entries, replace: false } }
+                    .into(),
+            ],
+        );
+        let fragment = lance_table::format::Fragment::new(0);
+        let insert =
+            ActionTxn::new(OperationKind::Append, vec![AddFragments { fragments: vec![fragment], keys: None }.into()]);
+        assert_eq!(verdict(&declare, &insert), "retry", "the rows the declaration verified changed");
+        // The same declaration committed twice commutes; the stamp alone reads no rows.
+        assert_eq!(verdict(&declare, &declare.clone()), "ok");
+        assert_eq!(verdict(&txn(ConfigMap::Config, FENCING_FORMAT_KEY, Some("1")), &insert), "ok");
     }
 
     #[test]
