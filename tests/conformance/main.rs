@@ -104,13 +104,21 @@ async fn table_rows(ds: &Dataset) -> Result<Vec<String>, String> {
     Ok(rows)
 }
 
+/// Ours as a second writer: the staged transaction under a fresh uuid. (Committed under the peer's
+/// uuid, a self-pair would be recognised as the peer's own landed commit and not written again.)
+fn as_second_writer(ours: &Staged) -> lance::dataset::transaction::Transaction {
+    let mut txn = ours.txn.clone();
+    txn.uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    txn
+}
+
 /// The commit of ours through the driver, and the rows it left when it landed.
 async fn commit_ours(latest: &Arc<Dataset>, ours: &Staged) -> (Landed, Option<Result<Vec<String>, String>>) {
     let mut commit = latest.action_commit().with_max_attempts(3);
     if let Some(rows) = &ours.affected_rows {
         commit = commit.with_affected_rows(rows.clone());
     }
-    match commit.execute(ours.txn.clone()).await {
+    match commit.execute(as_second_writer(ours)).await {
         Ok((ds, _)) => (Landed::Committed, Some(table_rows(&ds).await)),
         Err(CommitError::Retry { .. }) => (Landed::Retry, None),
         Err(CommitError::Fail { .. }) => (Landed::Fail, None),
@@ -136,7 +144,7 @@ async fn lance_rows(
         if let Some(rows) = &s.affected_rows {
             b = b.with_affected_rows(rows.clone());
         }
-        b.execute(s.txn.clone())
+        b.execute(as_second_writer(s))
     };
     let rows = match commit(ds, first).await {
         Ok(after_first) => match commit(Arc::new(after_first), second).await {
