@@ -95,7 +95,10 @@ async fn table_rows(ds: &Dataset) -> Result<Vec<String>, String> {
                 .fields()
                 .iter()
                 .zip(b.columns())
-                .map(|(f, c)| format!("{}={:?}", f.name(), c.slice(i, 1)))
+                .map(|(f, c)| {
+                    let cell = format!("{:?}", c.slice(i, 1));
+                    format!("{}={}", f.name(), cell.split_whitespace().collect::<String>())
+                })
                 .collect();
             rows.push(cells.join(" "));
         }
