@@ -11,6 +11,12 @@
 //! outcome (landed, Retry, Fail) must equal the driver's verdict: where both resolvers say Ok, our
 //! commit lands (opportunism on real commits, not only through the oracle).
 //!
+//! Data, not only verdicts: wherever our commit lands, the table is scanned and compared, row for
+//! row, with what Lance itself produces for the same pair on a second copy (peer, then ours, both
+//! committed by Lance). Where Lance refuses ours but we commit (a permissive difference), the model
+//! is the other order (ours, then the peer, committed by Lance); a permissive pair neither order
+//! can check fails the suite. A lost, duplicated or changed value fails even where verdicts agree.
+//!
 //! Every disagreement must be listed in `deviations.txt` with the reason id that design/deviations.md
 //! explains; an unlisted disagreement fails, and so does a listed one that no longer occurs.
 
@@ -18,6 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use arrow_array::{Array, RecordBatch};
+use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance_actions_commit::scenario::{Staged, create_sample, stage_all};
@@ -74,19 +82,121 @@ impl Landed {
     }
 }
 
-async fn commit_ours(latest: &Arc<Dataset>, ours: &Staged) -> Landed {
+/// A table's rows, each rendered column by column, sorted: what a reader sees, order aside.
+/// `Err` when the table cannot be scanned (a sample whose data files are placeholders).
+async fn table_rows(ds: &Dataset) -> Result<Vec<String>, String> {
+    let batches: Vec<RecordBatch> =
+        ds.scan().try_into_stream().await.map_err(|e| e.to_string())?.try_collect().await.map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .schema()
+                .fields()
+                .iter()
+                .zip(b.columns())
+                .map(|(f, c)| {
+                    let cell = format!("{:?}", c.slice(i, 1));
+                    format!("{}={}", f.name(), cell.split_whitespace().collect::<String>())
+                })
+                .collect();
+            rows.push(cells.join(" "));
+        }
+    }
+    rows.sort();
+    Ok(rows)
+}
+
+/// Ours as a second writer: the staged transaction under a fresh uuid. (Committed under the peer's
+/// uuid, a self-pair would be recognised as the peer's own landed commit and not written again.)
+fn as_second_writer(ours: &Staged) -> lance::dataset::transaction::Transaction {
+    let mut txn = ours.txn.clone();
+    txn.uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    txn
+}
+
+/// The commit of ours through the driver, and the rows it left when it landed.
+async fn commit_ours(latest: &Arc<Dataset>, ours: &Staged) -> (Landed, Option<Result<Vec<String>, String>>) {
     let mut commit = latest.action_commit().with_max_attempts(3);
     if let Some(rows) = &ours.affected_rows {
         commit = commit.with_affected_rows(rows.clone());
     }
-    match commit.execute(ours.txn.clone()).await {
-        Ok(_) => Landed::Committed,
-        Err(CommitError::Retry { .. }) => Landed::Retry,
-        Err(CommitError::Fail { .. }) => Landed::Fail,
+    match commit.execute(as_second_writer(ours)).await {
+        Ok((ds, _)) => (Landed::Committed, Some(table_rows(&ds).await)),
+        Err(CommitError::Retry { .. }) => (Landed::Retry, None),
+        Err(CommitError::Fail { .. }) => (Landed::Fail, None),
         Err(e) => {
             eprintln!("commit error for {}: {e}", ours.name);
-            Landed::Error
+            (Landed::Error, None)
         }
+    }
+}
+
+/// Commit `first` then `second` with Lance alone on a fresh copy; the rows if both land.
+async fn lance_rows(
+    base_dir: &Path,
+    dir: &Path,
+    first: &Staged,
+    second: &Staged,
+) -> Option<Result<Vec<String>, String>> {
+    copy_dir(base_dir, dir).expect("copy sample dataset");
+    let uri = dir.to_str().expect("utf-8 path");
+    let ds = Arc::new(Dataset::open(uri).await.expect("open copy"));
+    let commit = |ds: Arc<Dataset>, s: &Staged| {
+        let mut b = CommitBuilder::new(ds).with_skip_auto_cleanup(true);
+        if let Some(rows) = &s.affected_rows {
+            b = b.with_affected_rows(rows.clone());
+        }
+        b.execute(as_second_writer(s))
+    };
+    let rows = match commit(ds, first).await {
+        Ok(after_first) => match commit(Arc::new(after_first), second).await {
+            Ok(both) => Some(table_rows(&both).await),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    rows
+}
+
+/// What the data check found for one pair where our commit landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DataCheck {
+    /// Same rows as Lance's own commit of the pair (in the order named).
+    Same {
+        reversed: bool,
+    },
+    /// Neither table can be scanned (placeholder data files in the sample): nothing to compare.
+    Unscannable,
+    /// Lance commits the pair in neither order: no model to compare with.
+    NoModel,
+    Differs(String),
+}
+
+async fn check_data(
+    base_dir: &Path,
+    dir: &Path,
+    ours: &Staged,
+    peer: &Staged,
+    our_rows: Result<Vec<String>, String>,
+) -> DataCheck {
+    let (model, reversed) = match lance_rows(base_dir, dir, peer, ours).await {
+        Some(rows) => (rows, false),
+        None => match lance_rows(base_dir, dir, ours, peer).await {
+            Some(rows) => (rows, true),
+            None => return DataCheck::NoModel,
+        },
+    };
+    match (our_rows, model) {
+        (Ok(a), Ok(b)) if a == b => DataCheck::Same { reversed },
+        (Err(_), Err(_)) => DataCheck::Unscannable,
+        (Ok(a), Ok(b)) => {
+            let lost: Vec<_> = b.iter().filter(|r| !a.contains(r)).take(3).collect();
+            let extra: Vec<_> = a.iter().filter(|r| !b.contains(r)).take(3).collect();
+            DataCheck::Differs(format!("{} rows vs Lance's {}; missing {lost:?}, extra {extra:?}", a.len(), b.len()))
+        }
+        (a, b) => DataCheck::Differs(format!("scan: ours {:?}, Lance's {:?}", a.err(), b.err())),
     }
 }
 
@@ -107,7 +217,7 @@ async fn judge_pair(
     ours: &Staged,
     peer: &Staged,
     ours_committable: bool,
-) -> (Judgement, bool, Landed) {
+) -> (Judgement, bool, Landed, Option<Result<Vec<String>, String>>) {
     copy_dir(base_dir, pair_dir).expect("copy sample dataset");
     let uri = pair_dir.to_str().expect("utf-8 path");
     let at_read = Arc::new(Dataset::open(uri).await.expect("open pair copy"));
@@ -115,12 +225,13 @@ async fn judge_pair(
     if let Some(rows) = &peer.affected_rows {
         commit = commit.with_affected_rows(rows.clone());
     }
-    let (judgement, what_if, landed) = match commit.execute(peer.txn.clone()).await {
+    let (judgement, what_if, landed, rows) = match commit.execute(peer.txn.clone()).await {
         Ok(latest) => {
             let latest = Arc::new(latest);
             let j = judge(&latest, &ours.txn, ours.affected_rows.as_ref()).await;
-            let landed = if ours_committable { commit_ours(&latest, ours).await } else { Landed::NotTried };
-            (j, false, landed)
+            let (landed, rows) =
+                if ours_committable { commit_ours(&latest, ours).await } else { (Landed::NotTried, None) };
+            (j, false, landed, rows)
         }
         Err(_) => {
             let committed = vec![(at_read.manifest().version + 1, peer.txn.clone())];
@@ -128,11 +239,12 @@ async fn judge_pair(
                 judge_against(&at_read, &at_read, &committed, &ours.txn, ours.affected_rows.as_ref()).await,
                 true,
                 Landed::NotTried,
+                None,
             )
         }
     };
     let _ = std::fs::remove_dir_all(pair_dir);
-    (judgement.unwrap_or_else(|e| panic!("judging {} vs {}: {e}", ours.name, peer.name)), what_if, landed)
+    (judgement.unwrap_or_else(|e| panic!("judging {} vs {}: {e}", ours.name, peer.name)), what_if, landed, rows)
 }
 
 fn expected_deviations() -> BTreeMap<(String, String), (String, String, String)> {
@@ -179,6 +291,7 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
 
     let mut outcomes = Vec::new();
     let mut commit_mismatches = Vec::new();
+    let mut data_checks: Vec<(String, DataCheck, bool)> = Vec::new();
     let mut real_commits = 0;
     let mut committable = Vec::new();
     for (i, s) in staged.iter().enumerate() {
@@ -187,7 +300,12 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
     for (i, ours) in staged.iter().enumerate() {
         for (j, peer) in staged.iter().enumerate() {
             let pair_dir = root.path().join(format!("pair-{i}-{j}"));
-            let (j, what_if, landed) = judge_pair(&base_dir, &pair_dir, ours, peer, committable[i]).await;
+            let (j, what_if, landed, rows) = judge_pair(&base_dir, &pair_dir, ours, peer, committable[i]).await;
+            if let Some(rows) = rows {
+                let permissive = j.lance.label() != "ok";
+                let check = check_data(&base_dir, &pair_dir, ours, peer, rows).await;
+                data_checks.push((format!("{} vs {}", ours.name, peer.name), check, permissive));
+            }
             if landed != Landed::NotTried && landed.label() != j.resolution.verdict.label() {
                 commit_mismatches.push(format!(
                     "{} vs {}: driver said {}, the real commit did {}",
@@ -228,6 +346,32 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
     println!(
         "conformance: {}; our transaction committed for real after {real_commits} real peers",
         summarize(&outcomes)
+    );
+    let count = |f: &dyn Fn(&DataCheck) -> bool| data_checks.iter().filter(|(_, c, _)| f(c)).count();
+    println!(
+        "data: {} landed commits scanned; same rows as Lance's own commit {} (of which in the other order {}), unscannable samples {}, no model {}",
+        data_checks.len(),
+        count(&|c| matches!(c, DataCheck::Same { .. })),
+        count(&|c| matches!(c, DataCheck::Same { reversed: true })),
+        count(&|c| *c == DataCheck::Unscannable),
+        count(&|c| *c == DataCheck::NoModel),
+    );
+    let data_failures: Vec<String> = data_checks
+        .iter()
+        .filter_map(|(pair, check, permissive)| match check {
+            DataCheck::Differs(why) => Some(format!("{pair}: {why}")),
+            // Where we admit what Lance retries, the data must be checked against some model.
+            DataCheck::NoModel | DataCheck::Unscannable if *permissive => {
+                Some(format!("{pair}: we commit where Lance retries, and no data check was possible ({check:?})"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        data_failures.is_empty(),
+        "our landed commits left different data from Lance's in {} pair(s):\n{}",
+        data_failures.len(),
+        data_failures.join("\n")
     );
     assert!(
         commit_mismatches.is_empty(),

@@ -19,19 +19,28 @@ use lance_actions::driver::PeerCheck;
 use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_in_place};
 use lance_core::utils::deletion::DeletionVector;
 use lance_select::RowAddrTreeMap;
-use lance_table::io::commit::commit_handler_from_url;
+use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
 use lance_table::io::deletion::write_deletion_file;
-use rand::Rng;
 use roaring::RoaringBitmap;
 use snafu::Snafu;
 
 use crate::expect_version::{ExpectVersion, WriteRecord};
 use crate::facts::DeletionFacts;
-use crate::history::{actions_of, committed_since, peers_of};
+use crate::history::{committed_since, peers_of};
 use crate::judge::{attach_affected_rows, attach_restore_targets, deleted_rows, table_state};
+use crate::retry::RetryPolicy;
 
 /// Property key recording the commit's verdict history (one line per attempt).
 pub const HISTORY_KEY: &str = "lance-actions.history";
+
+/// Transaction properties under this prefix are this project's own: the encoded action list, the
+/// history, replay provenance, key-fencing metadata. A caller cannot set them (see
+/// [`ActionCommit::with_properties`]).
+pub const RESERVED_PREFIX: &str = "lance-actions.";
+
+/// Replay provenance properties (written by the replay layer). Accepted only on a transaction whose
+/// context claims replay origins, and only naming those origins, so the driver has judged the claim.
+pub const REPLAY_PREFIX: &str = "lance-actions.replay.";
 
 /// What one attempt saw and decided.
 #[derive(Debug, Clone)]
@@ -79,10 +88,23 @@ pub enum CommitError {
     /// Other writers kept landing first.
     #[snafu(display("gave up after {attempts} attempts: other writers kept landing first"))]
     RetriesExhausted { attempts: usize, report: Box<CommitReport> },
-    /// The manifest write was attempted and failed in a way that leaves its effect unknown: check
-    /// the dataset's latest version for transaction `uuid` before retrying.
-    #[snafu(display("commit status unknown for transaction {uuid}: {message}"))]
+    /// The manifest write was attempted and failed in a way that leaves its effect unknown.
+    /// Re-executing the same staged transaction (same `uuid`) is safe: the loop recognises a
+    /// version carrying `uuid` as this commit, landed, and writes nothing again.
+    #[snafu(display(
+        "commit status unknown for transaction {uuid}: {message}. Re-run the same staged transaction: if it landed, it is recognised by its uuid and not written twice"
+    ))]
     CommitStatusUnknown { uuid: String, message: String },
+    /// A transaction property under `lance-actions.` was passed by the caller.
+    #[snafu(display(
+        "transaction property {key} is reserved for lance-actions itself (action lists, history, replay provenance); choose a key outside `lance-actions.`"
+    ))]
+    ReservedProperty { key: String },
+    /// The commit handler to wrap cannot be determined, or disagrees with the dataset's own.
+    #[snafu(display(
+        "cannot commit to {uri} through its own commit handler: {detail}. Pass the handler the dataset was opened with through `with_commit_handler`"
+    ))]
+    CommitHandler { uri: String, detail: String },
     #[snafu(display("{source}"))]
     Layer { source: crate::Error },
     #[snafu(display("cannot express the rebased actions as a Lance operation: {source}"))]
@@ -105,10 +127,11 @@ fn lance_err(what: &str) -> impl FnOnce(lance::Error) -> CommitError + '_ {
 #[derive(Clone)]
 pub struct ActionCommit {
     dataset: Arc<Dataset>,
-    max_attempts: usize,
+    retry: RetryPolicy,
     affected_rows: Option<RowAddrTreeMap>,
-    base_backoff: Duration,
     properties: HashMap<String, String>,
+    handler: Option<Arc<dyn CommitHandler>>,
+    uuid: Option<String>,
 }
 
 /// The extension of `lance::Dataset`: commit staged work through the action driver.
@@ -120,10 +143,11 @@ impl DatasetActionsExt for Arc<Dataset> {
     fn action_commit(&self) -> ActionCommit {
         ActionCommit {
             dataset: self.clone(),
-            max_attempts: 20,
+            retry: RetryPolicy::default(),
             affected_rows: None,
-            base_backoff: Duration::from_millis(2),
             properties: HashMap::new(),
+            handler: None,
+            uuid: None,
         }
     }
 }
@@ -131,51 +155,109 @@ impl DatasetActionsExt for Arc<Dataset> {
 impl ActionCommit {
     /// At most this many attempts (each re-reads the head). Default 20.
     pub fn with_max_attempts(mut self, n: usize) -> Self {
-        self.max_attempts = n.max(1);
+        self.retry = self.retry.with_max_attempts(n);
         self
     }
 
-    /// The rows the staged write deleted (what Lance's `DeleteBuilder` / merge-insert report), so
-    /// row-level rebase needs no IO for our side.
+    /// The rows the staged write deleted (what Lance's `DeleteBuilder` / merge-insert report). They
+    /// are checked against the staged deletion files (declared == staged - base) before the driver
+    /// uses them; rows that do not match are replaced by what the files say.
     pub fn with_affected_rows(mut self, rows: RowAddrTreeMap) -> Self {
         self.affected_rows = Some(rows);
         self
     }
 
-    /// First backoff step; each retry doubles it (capped at 64 steps) with full jitter.
+    /// First backoff step; each retry doubles it with full jitter (see [`RetryPolicy`]).
     pub fn with_backoff(mut self, base: Duration) -> Self {
-        self.base_backoff = base;
+        self.retry = self.retry.with_base(base);
         self
     }
 
-    /// Extra transaction properties to record with the commit (provenance, for example). Keys of
-    /// this project's own (`lance-actions.v1`, the history) are always ours.
+    /// The whole retry policy at once (attempts and backoff).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The commit handler the dataset was opened with (an external manifest store, a
+    /// `ReadParams::commit_handler`). Lance 14.0.2 does not expose a dataset's handler, so without
+    /// this the handler is resolved from the dataset's uri; a dataset whose versions that handler
+    /// sees differently is refused ([`CommitError::CommitHandler`]) rather than bypassed.
+    pub fn with_commit_handler(mut self, handler: Arc<dyn CommitHandler>) -> Self {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// The transaction uuid for [`ActionCommit::execute_actions`] (a staged transaction has its
+    /// own). Re-running with the uuid of a commit whose status was unknown never lands it twice.
+    pub fn with_transaction_uuid(mut self, uuid: impl Into<String>) -> Self {
+        self.uuid = Some(uuid.into());
+        self
+    }
+
+    /// Extra transaction properties to record with the commit. Keys under `lance-actions.` are
+    /// reserved ([`CommitError::ReservedProperty`]), except replay provenance
+    /// (`lance-actions.replay.*`) on a transaction whose context claims replay origins: its origin
+    /// keys (`...source-txn`, `...source-txns`) must name exactly those origins.
     pub fn with_properties(mut self, properties: HashMap<String, String>) -> Self {
         self.properties.extend(properties);
         self
     }
 
-    /// Commit a transaction staged with Lance's own uncommitted writers.
+    /// Commit a transaction staged with Lance's own uncommitted writers. Its operation is lifted;
+    /// an action list or any other `lance-actions.*` property it carries (a transaction read back
+    /// from history) is dropped, so re-committing a history transaction cannot copy its provenance.
     pub async fn execute(self, staged: Transaction) -> CommitResult<(Dataset, CommitReport)> {
-        let mut actions = actions_of(&staged).map_err(|source| CommitError::Lower { source })?;
-        attach_affected_rows(&mut actions, self.affected_rows.as_ref());
-        attach_restore_targets(&mut actions, &self.dataset).await;
+        let actions = lance_actions::lift(&staged.operation);
         let mut props = staged.transaction_properties.as_deref().cloned().unwrap_or_default();
-        props.extend(self.properties.clone());
-        self.run(staged.read_version, actions, staged.uuid.clone(), staged.tag.clone(), props).await
+        props.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
+        let uuid = staged.uuid.clone();
+        self.run(staged.read_version, actions, uuid, staged.tag.clone(), props).await
     }
 
     /// Commit an action transaction built by hand against `read_version`.
-    pub async fn execute_actions(
-        self,
-        read_version: u64,
-        mut actions: ActionTxn,
-    ) -> CommitResult<(Dataset, CommitReport)> {
-        attach_affected_rows(&mut actions, self.affected_rows.as_ref());
-        attach_restore_targets(&mut actions, &self.dataset).await;
-        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-        let props = self.properties.clone();
-        self.run(read_version, actions, uuid, None, props).await
+    pub async fn execute_actions(self, read_version: u64, actions: ActionTxn) -> CommitResult<(Dataset, CommitReport)> {
+        let uuid = self.uuid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
+        self.run(read_version, actions, uuid, None, HashMap::new()).await
+    }
+
+    /// The caller's properties over the staged ones, refusing reserved keys.
+    fn caller_properties(
+        &self,
+        ours: &ActionTxn,
+        mut staged: HashMap<String, String>,
+    ) -> CommitResult<HashMap<String, String>> {
+        for (key, value) in &self.properties {
+            if key.starts_with(RESERVED_PREFIX) && !replay_provenance_allowed(ours, key, value) {
+                return Err(CommitError::ReservedProperty { key: key.clone() });
+            }
+        }
+        staged.extend(self.properties.clone());
+        Ok(staged)
+    }
+
+    /// The inner handler the compare-and-swap wrapper delegates to: the caller's, or the one the uri
+    /// resolves to, checked to see the same head as the dataset's own handler.
+    async fn inner_handler(&self) -> CommitResult<Arc<dyn CommitHandler>> {
+        if let Some(handler) = &self.handler {
+            return Ok(handler.clone());
+        }
+        let uri = self.dataset.uri().to_string();
+        let refuse = |detail: String| CommitError::CommitHandler { uri: uri.clone(), detail };
+        let handler = commit_handler_from_url(&uri, &None).await.map_err(|e| refuse(e.to_string()))?;
+        let base_path = self.dataset.branch_location().path;
+        let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
+        let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
+        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
+        // Our own handler must not see fewer versions than the dataset's (then it would let us write
+        // a version the dataset's handler already holds); more is a writer landing in between.
+        if seen.version < own {
+            return Err(refuse(format!(
+                "the dataset's handler sees version {own}, the uri's handler only {}",
+                seen.version
+            )));
+        }
+        Ok(handler)
     }
 
     async fn run(
@@ -186,6 +268,10 @@ impl ActionCommit {
         tag: Option<String>,
         properties: HashMap<String, String>,
     ) -> CommitResult<(Dataset, CommitReport)> {
+        let mut ours = ours;
+        attach_affected_rows(&mut ours, self.affected_rows.as_ref());
+        attach_restore_targets(&mut ours, &self.dataset).await;
+        let properties = self.caller_properties(&ours, properties)?;
         // Usually the caller staged on the very handle it commits through: no need to reopen it.
         let at_read = if self.dataset.manifest().version == read_version {
             self.dataset.clone()
@@ -193,15 +279,11 @@ impl ActionCommit {
             Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?)
         };
         let base = table_state(&at_read).await?;
-        let inner_handler = commit_handler_from_url(self.dataset.uri(), &None)
-            .await
-            .map_err(lance_err("opening the commit handler"))?;
+        let inner_handler = self.inner_handler().await?;
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
         let mut committed = Vec::new();
-        for attempt in 0..self.max_attempts {
-            if attempt > 0 {
-                tokio::time::sleep(self.backoff(attempt)).await;
-            }
+        let mut attempts = self.retry.attempts();
+        while attempts.next().await.is_some() {
             let started = Instant::now();
             // A version listing is cheaper than reading the head's manifest; skip the read when the
             // head is still the version we read (the uncontended case).
@@ -216,11 +298,19 @@ impl ActionCommit {
             let head = latest.manifest().version;
             let known = read_version + committed.len() as u64;
             committed.extend(committed_since(&latest, known).await?);
+            // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
+            // may have landed: a version carrying our uuid is our commit, never to be written again.
+            if let Some((version, _)) = committed.iter().find(|(_, t)| t.uuid == uuid) {
+                let ds = latest.checkout_version(*version).await.map_err(lance_err("opening the landed version"))?;
+                report.version = *version;
+                return Ok((ds, report));
+            }
             let peers = peers_of(&committed)?;
             let mut txn = ours.clone();
             // With no peer the head is the base: skip re-reading it.
             let head_state = if peers.is_empty() { None } else { Some(table_state(&latest).await?) };
             let facts = DeletionFacts::load(&latest, &base, &txn, &peers).await?;
+            verify_declared_rows(&mut txn, &base, &facts);
             let head_ref = head_state.as_ref().unwrap_or(&base);
             let (verdict, checks) =
                 resolve_in_place(&mut txn, &Inputs { base: &base, head: Some(head_ref), peers: &peers, facts: &facts });
@@ -273,6 +363,11 @@ impl ActionCommit {
                     report.version = version;
                     return Ok((ds, report));
                 }
+                // Lance could not tell whether the manifest it handed over landed (the store
+                // answered a conflict, and reading the version back failed).
+                (Err(e), _) if e.is_commit_status_unknown() => {
+                    return Err(CommitError::CommitStatusUnknown { uuid: uuid.clone(), message: e.to_string() });
+                }
                 (Err(_), WriteRecord::Refused { .. } | WriteRecord::LostRace) => continue,
                 // Lance's own rebase saw a peer landing between our read and its commit.
                 (
@@ -292,13 +387,43 @@ impl ActionCommit {
                 (Err(e), _) => return Err(lance_err("committing")(e)),
             }
         }
-        Err(CommitError::RetriesExhausted { attempts: self.max_attempts, report: Box::new(report) })
+        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report) })
     }
+}
 
-    fn backoff(&self, attempt: usize) -> Duration {
-        let cap = self.base_backoff * (1u32 << attempt.min(6));
-        let jitter = rand::rng().random_range(0.0..1.0);
-        cap.mul_f64(jitter)
+/// May the caller set reserved property `key`? Only replay provenance, only on a transaction whose
+/// context claims replay origins (which the driver judges: two replays of one commit conflict), and
+/// an origin key must name exactly those origins.
+fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
+    let origins = &ours.context.replay_origins;
+    if !key.starts_with(REPLAY_PREFIX) || key.starts_with("lance-actions.replay.claim.") || origins.is_empty() {
+        return false;
+    }
+    if key.ends_with(".source-txn") {
+        return origins.first().is_some_and(|o| o == value);
+    }
+    if key.ends_with(".source-txns") {
+        return value.split(',').filter(|s| !s.is_empty()).eq(origins.iter().map(String::as_str));
+    }
+    true
+}
+
+/// Rows a caller declared deleted are checked against the staged deletion files: declared must
+/// equal staged - base. Where they differ (or the files cannot tell), the declared rows are dropped
+/// and rebase works from the files, which are what the commit will make visible.
+fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts) {
+    for action in txn.actions.iter_mut() {
+        let AnyAction::UpdateDeletionVector(u) = action else { continue };
+        let Some(declared) = u.affected_rows.take() else { continue };
+        let staged = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
+            None,
+            &u.fragment,
+            base.fragment(u.fragment.id),
+            facts,
+        );
+        if staged.as_ref() == Some(&declared) {
+            u.affected_rows = Some(declared);
+        }
     }
 }
 

@@ -11,12 +11,26 @@ use lance_actions::{ActionTxn, Peer, codec, lift};
 
 use crate::error::{Error, LanceContext, Result};
 
-/// The action transaction a Lance transaction carries, or its lifted operation.
+/// The action transaction a committed Lance transaction carries (checked against the operation it
+/// rides on), or its lifted operation.
 pub fn actions_of(txn: &Transaction) -> Result<ActionTxn, lance_actions::Error> {
     match txn.transaction_properties.as_ref().and_then(|p| p.get(codec::PROPERTY_KEY)) {
-        Some(encoded) => codec::decode_property(encoded),
+        Some(encoded) => codec::decode_for_operation(encoded, &txn.operation),
         None => Ok(lift(&txn.operation)),
     }
+}
+
+/// A committed peer as the driver may trust it. The rows a peer declares it deleted are dropped:
+/// rebase then reads them from the peer's deletion files, which are what the table holds. (A peer's
+/// declared rows were not necessarily checked against its files when it committed: older builds
+/// and foreign writers copying our encoding did not.)
+fn trusted(mut txn: ActionTxn) -> ActionTxn {
+    for action in txn.actions.iter_mut() {
+        if let lance_actions::AnyAction::UpdateDeletionVector(u) = action {
+            u.affected_rows = None;
+        }
+    }
+    txn
 }
 
 /// The transactions committed in `(read_version, latest]` on `latest`'s branch, oldest first.
@@ -43,7 +57,7 @@ pub fn peers_of(committed: &[(u64, Transaction)]) -> Result<Vec<Peer>> {
         .iter()
         .map(|(version, txn)| {
             actions_of(txn)
-                .map(|t| Peer::new(*version, t))
+                .map(|t| Peer::new(*version, trusted(t)))
                 .map_err(|source| Error::PeerActions { version: *version, source })
         })
         .collect()

@@ -12,9 +12,11 @@ pub mod facts;
 pub mod history;
 pub mod judge;
 pub mod oracle;
+pub mod retry;
 pub mod scenario;
 
 pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};
 pub use error::{Error, Result};
 pub use judge::{Judgement, judge, judge_against};
 pub use oracle::LanceVerdict;
+pub use retry::{Attempts, RetryPolicy};

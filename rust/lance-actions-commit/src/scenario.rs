@@ -202,6 +202,7 @@ async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
 /// Operations built directly from the manifest, as their Lance writers build them.
 fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
     let m = ds.manifest();
+    provide_sample_files(ds);
     lance_actions::samples::manifest_edits(&m.fragments, &m.schema, m.version)
         .into_iter()
         .map(|(kind, variant, op)| staged(kind, variant, m.version, op))
@@ -264,4 +265,18 @@ fn unknown(read_version: u64) -> Result<Staged> {
         .lance("decoding a future transaction")?;
     let txn = Transaction::try_from(pb).lance("decoding a future transaction")?;
     Ok(Staged { name: "Unknown.future".into(), kind: OperationKind::Unknown, txn, affected_rows: None })
+}
+
+/// The sample replacement and overlay files name `replacement-{i}.lance` / `overlay-{i}.lance`:
+/// copies of fragment `i`'s data file, so a table that commits them can be scanned (a replacement
+/// reads the same values; an overlay reads its first column's values as `v`). Only on a local
+/// dataset; elsewhere the files stay placeholders and scans of such tables fail.
+fn provide_sample_files(ds: &Dataset) {
+    let data = std::path::Path::new(ds.uri()).join("data");
+    for (i, fragment) in ds.manifest().fragments.iter().enumerate() {
+        let Some(file) = fragment.files.first() else { continue };
+        for name in [format!("replacement-{i}.lance"), format!("overlay-{i}.lance")] {
+            let _ = std::fs::copy(data.join(&file.path), data.join(name));
+        }
+    }
 }

@@ -37,7 +37,23 @@ pub(crate) fn lance_bytes<M: Message>(message: &M) -> Vec<u8> {
 
 /// Decode embedded Lance protobuf bytes; `what` names the field for the error.
 pub(crate) fn lance_message<M: Message + Default>(bytes: &[u8], what: &str) -> Result<M> {
-    M::decode(bytes).map_err(|e| corrupt(format!("{what}: {e}")))
+    let message = M::decode(bytes).map_err(|e| corrupt(format!("{what}: {e}")))?;
+    canonical_length(&message, bytes.len(), what)?;
+    Ok(message)
+}
+
+/// Prost skips fields it does not know. A message that re-encodes shorter than it arrived carried
+/// something this build would silently drop (a field from a newer writer, or junk), so it is refused.
+/// Every encoder of these messages is prost, which writes each field once and no default values, so
+/// an honest message re-encodes to exactly its length.
+fn canonical_length<M: Message>(message: &M, arrived: usize, what: &str) -> Result<()> {
+    let canonical = message.encoded_len();
+    if canonical != arrived {
+        return Err(corrupt(format!(
+            "{what}: {arrived} bytes arrived, {canonical} understood (unknown or repeated fields)"
+        )));
+    }
+    Ok(())
 }
 
 /// Convert with Lance's own fallible conversion, mapping its error to a corrupt-encoding error.
@@ -77,6 +93,7 @@ pub fn encode(txn: &ActionTxn) -> Vec<u8> {
 /// Decode an action transaction. Fails on anything not fully understood.
 pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
     let list = proto::ActionList::decode(bytes).map_err(|e| corrupt(format!("action list: {e}")))?;
+    canonical_length(&list, bytes.len(), "action list")?;
     match list.format_version {
         0 => return Err(corrupt("missing format version")),
         v if v > FORMAT_VERSION => return Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
@@ -107,6 +124,53 @@ pub fn decode_property(value: &str) -> Result<ActionTxn> {
         .decode(value)
         .map_err(|e| corrupt(format!("property is not base64: {e}")))?;
     decode(&bytes)
+}
+
+/// Decode the action list a committed transaction carries and check that it stands for the
+/// operation it was committed with: it must lower to an operation of the same kind that touches the
+/// same manifest coordinates. Payloads a rebase may change (merged deletion files, affected rows)
+/// are not compared; coordinates (fragments, columns, indices, config keys) are.
+pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::Operation) -> Result<ActionTxn> {
+    let txn = decode_property(value)?;
+    let committed = OperationKind::of(operation);
+    let mismatch = |reason: String| Error::ActionsMismatch { operation: format!("{committed:?}"), reason };
+    if txn.context.shell != committed {
+        return Err(mismatch(format!("the list is a {:?}", txn.context.shell)));
+    }
+    let lowered = crate::translate::lower(&txn).map_err(|e| mismatch(format!("the list does not lower: {e}")))?;
+    let (ours, theirs) = (crate::translate::lift(&lowered), crate::translate::lift(operation));
+    // Lance renumbers the fields of an overwrite or merge at commit when the table uses
+    // non-reusable field ids, so for those the actions are compared by kind, not by coordinate.
+    let (ours, theirs) = if matches!(committed, OperationKind::Overwrite | OperationKind::Merge) {
+        (action_kinds(&ours), action_kinds(&theirs))
+    } else {
+        (coordinates(&ours), coordinates(&theirs))
+    };
+    if ours != theirs {
+        let only_list: Vec<_> = ours.difference(&theirs).take(3).cloned().collect();
+        let only_op: Vec<_> = theirs.difference(&ours).take(3).cloned().collect();
+        return Err(mismatch(format!("the list touches {only_list:?}, the operation {only_op:?}")));
+    }
+    Ok(txn)
+}
+
+/// The kinds of a transaction's actions, with their counts.
+fn action_kinds(txn: &ActionTxn) -> std::collections::BTreeSet<String> {
+    use crate::action::Action as _;
+    let mut counts = std::collections::BTreeMap::new();
+    for a in &txn.actions {
+        *counts.entry(format!("{:?}", a.kind())).or_insert(0usize) += 1;
+    }
+    counts.into_iter().map(|(k, n)| format!("{n} x {k}")).collect()
+}
+
+/// Every manifest path a transaction reads or writes, as text (order and duplicates do not matter).
+fn coordinates(txn: &ActionTxn) -> std::collections::BTreeSet<String> {
+    use crate::action::Action as _;
+    txn.actions
+        .iter()
+        .flat_map(|a| a.reads().iter().chain(a.writes().iter()).map(|p| p.to_string()).collect::<Vec<_>>())
+        .collect()
 }
 
 fn shell_to_proto(kind: OperationKind) -> proto::OperationShell {

@@ -29,6 +29,13 @@ pub enum Error {
     ))]
     NewerFormat { found: u32, supported: u32 },
 
+    /// An encoded action list rides on an operation it does not lower to: a writer copied it from
+    /// another commit (or forged it). Its actions cannot stand for what that commit did.
+    #[snafu(display(
+        "the encoded action list does not describe the {operation} it was committed with: {reason}. The commit that wrote it cannot be trusted; treat it as conflicting"
+    ))]
+    ActionsMismatch { operation: String, reason: String },
+
     /// A Lance structure inside an action failed Lance's own conversion.
     #[snafu(display("lance structure in action {action} is invalid: {source}"))]
     Lance { action: String, source: lance_core::Error },

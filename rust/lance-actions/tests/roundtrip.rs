@@ -9,6 +9,9 @@
 #[path = "roundtrip/strategies.rs"]
 mod strategies;
 
+#[path = "roundtrip/fuzz.rs"]
+mod fuzz;
+
 use std::collections::{BTreeSet, HashMap};
 
 use lance_actions::actions::{

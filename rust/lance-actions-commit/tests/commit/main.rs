@@ -3,4 +3,5 @@
 mod basics;
 mod concurrency;
 mod faults;
+mod soundness;
 mod support;

@@ -15,14 +15,21 @@ pub struct RemoveFragments {
 }
 
 impl RemoveFragments {
-    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+    fn rebase_one(cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::RemoveFragments;
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }
         match peer.their_path {
             ManifestPath::FragmentSet | ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter => Verdict::Ok,
-            // An overlay on a fragment we remove disappears with it, which is what removal means.
+            // An update that removes a fragment has moved its rows, as read before the overlay, into
+            // new fragments: the overlay's values would be dropped. Lance retries this too (it has no
+            // affected rows to prove the moved rows miss the overlay).
+            ManifestPath::Fragment { scope: FragmentScope::Overlays, .. } if cx.ours.moves_rows() => {
+                peer.retry(K, Rule::RowsOverlap, "the rows we move out carry the committed overlay's values")
+            }
+            // An overlay on a fragment a delete removes disappears with its rows, which is what
+            // removal means.
             ManifestPath::Fragment { scope: FragmentScope::Overlays, .. } => Verdict::Ok,
             ManifestPath::Fragment { scope: FragmentScope::Existence, .. } => {
                 peer.retry(K, Rule::FragmentGone, "the committed transaction also removed or rewrote it")
@@ -57,8 +64,8 @@ impl Action for RemoveFragments {
         }
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, Self::rebase_one)
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| Self::rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {

@@ -107,10 +107,16 @@ impl ReplaceFragmentColumns {
                     None => Verdict::Ok,
                 }
             }
-            AnyAction::AddOverlay(o) if same_fragment && !self.is_data_replacement() => {
+            // A committed overlay on a column we write would lose its values: a columns-mode update
+            // rewrote the cells as read before it, and a data replacement commits with the head as
+            // its read version, so Lance tombstones every overlay committed up to the head on the
+            // columns it replaces (Lance, reading at the older version, would keep it).
+            // (The overlap may be met on the field's values rather than on the fragment: compare the
+            // overlay's fragment itself.)
+            AnyAction::AddOverlay(o) if o.group.fragment_id == self.fragment_id() => {
                 let overlaid = file_fields(o.group.overlays.iter().map(|f| &f.data_file));
                 if overlaid.iter().any(|f| self.fields().contains(f)) {
-                    peer.retry(K, Rule::DataFilesChanged, "the committed overlay covers a column we rewrite")
+                    peer.retry(K, Rule::DataFilesChanged, "the committed overlay covers a column we write")
                 } else {
                     Verdict::Ok
                 }

@@ -33,8 +33,9 @@ impl UpdateDeletionVector {
         Self { fragment, affected_rows, merge_with_head: false }
     }
 
-    /// Rows a post-image deleted relative to the base fragment, from declared rows or deletion files.
-    pub(crate) fn rows_deleted(
+    /// Rows a post-image deleted relative to the base fragment, from declared rows or deletion files
+    /// (`None` when the files needed were not read).
+    pub fn rows_deleted(
         declared: Option<&RoaringBitmap>,
         post: &Fragment,
         base: Option<&Fragment>,

@@ -1,0 +1,164 @@
+//! The one retry policy of every bounded loop in this project: how many attempts, and how long to
+//! wait before each one after the first.
+//!
+//! Writers that lose a race to the same version tend to lose it again together if they retry at
+//! once, so every retry waits a random time ("full jitter") in `[0, step)`, where the step starts
+//! at `base` and doubles per attempt up to `max_delay`. The bound is one type, [`RetryPolicy`], so
+//! the commit loop, keyed writes and replay count attempts the same way and report the same number.
+//!
+//! A loop adopts it in a few lines:
+//!
+//! ```ignore
+//! let mut attempts = policy.attempts();
+//! while let Some(attempt) = attempts.next().await {   // sleeps before every attempt but the first
+//!     match try_once(attempt).await { Landed(x) => return Ok(x), Again(why) => last = why }
+//! }
+//! Err(Contention { attempts: attempts.made(), last })
+//! ```
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// How many attempts a bounded loop makes and how it spaces them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    max_attempts: usize,
+    base: Duration,
+    max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 20 attempts, a 2 ms first step, no single wait longer than 250 ms.
+    fn default() -> Self {
+        Self { max_attempts: 20, base: Duration::from_millis(2), max_delay: Duration::from_millis(250) }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy of at most `max_attempts` attempts (at least one) with `base` as the first step.
+    pub fn new(max_attempts: usize, base: Duration) -> Self {
+        Self::default().with_max_attempts(max_attempts).with_base(base)
+    }
+
+    /// At most this many attempts, counting the first; zero is read as one.
+    pub fn with_max_attempts(mut self, n: usize) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// The first backoff step (the bound of the wait before the second attempt).
+    pub fn with_base(mut self, base: Duration) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// No single wait is longer than this.
+    pub fn with_max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
+
+    pub fn max_attempts(&self) -> usize {
+        self.max_attempts
+    }
+
+    /// The upper bound of the wait before attempt `attempt` (1-based): zero for the first attempt,
+    /// then `base`, `2 * base`, ... capped at `max_delay`.
+    pub fn step_before(&self, attempt: usize) -> Duration {
+        if attempt <= 1 {
+            return Duration::ZERO;
+        }
+        let doublings = (attempt - 2).min(16) as u32;
+        self.base.saturating_mul(1u32 << doublings).min(self.max_delay)
+    }
+
+    /// A random wait in `[0, step_before(attempt))`: full jitter, so racing writers spread out.
+    pub fn delay_before(&self, attempt: usize) -> Duration {
+        let step = self.step_before(attempt);
+        if step.is_zero() {
+            return step;
+        }
+        step.mul_f64(rand::rng().random_range(0.0..1.0))
+    }
+
+    /// Wait as this policy says before attempt `attempt` (1-based; no wait before the first).
+    pub async fn pause_before(&self, attempt: usize) {
+        let delay = self.delay_before(attempt);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// A counter of attempts under this policy.
+    pub fn attempts(&self) -> Attempts {
+        Attempts { policy: *self, made: 0 }
+    }
+}
+
+/// The attempts of one bounded loop: [`Attempts::next`] waits as the policy says and yields the
+/// attempt number (1-based), or `None` when the bound is reached.
+#[derive(Debug, Clone)]
+pub struct Attempts {
+    policy: RetryPolicy,
+    made: usize,
+}
+
+impl Attempts {
+    /// Start the next attempt: sleeps before every attempt but the first.
+    pub async fn next(&mut self) -> Option<usize> {
+        if self.made >= self.policy.max_attempts {
+            return None;
+        }
+        self.made += 1;
+        self.policy.pause_before(self.made).await;
+        Some(self.made)
+    }
+
+    /// How many attempts were started.
+    pub fn made(&self) -> usize {
+        self.made
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_double_from_the_base_and_stop_at_the_cap() {
+        let p = RetryPolicy::new(10, Duration::from_millis(2)).with_max_delay(Duration::from_millis(20));
+        let steps: Vec<u128> = (1..=7).map(|a| p.step_before(a).as_millis()).collect();
+        assert_eq!(steps, vec![0, 2, 4, 8, 16, 20, 20]);
+    }
+
+    #[test]
+    fn waits_are_jittered_below_the_step() {
+        let p = RetryPolicy::new(10, Duration::from_millis(8));
+        let waits: Vec<Duration> = (0..200).map(|_| p.delay_before(3)).collect();
+        assert!(waits.iter().all(|w| *w < Duration::from_millis(16)));
+        let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 100, "full jitter spreads the waits: {} distinct", distinct.len());
+        assert_eq!(p.delay_before(1), Duration::ZERO, "no wait before the first attempt");
+    }
+
+    #[test]
+    fn a_huge_attempt_number_does_not_overflow() {
+        let p = RetryPolicy::new(usize::MAX, Duration::from_secs(u64::MAX / 4));
+        assert_eq!(p.step_before(usize::MAX), p.max_delay);
+    }
+
+    #[tokio::test]
+    async fn attempts_stop_at_the_bound_and_zero_means_one() {
+        let mut a = RetryPolicy::new(3, Duration::ZERO).attempts();
+        let mut seen = Vec::new();
+        while let Some(n) = a.next().await {
+            seen.push(n);
+        }
+        assert_eq!(seen, vec![1, 2, 3]);
+        assert_eq!(a.made(), 3);
+        let mut one = RetryPolicy::new(0, Duration::ZERO).attempts();
+        assert_eq!(one.next().await, Some(1));
+        assert_eq!(one.next().await, None);
+    }
+}
