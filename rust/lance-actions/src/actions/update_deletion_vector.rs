@@ -68,16 +68,29 @@ impl UpdateDeletionVector {
             return peer.retry(K, Rule::RowsUnknown, "deleted rows of one side are unknown");
         };
         let shared = &ours & &committed;
-        if !shared.is_empty() {
+        if !shared.is_empty() && !Self::deletions_converge(cx, peer) {
             return peer.retry(
                 K,
                 Rule::RowsOverlap,
                 format!("{} row(s) changed by both, first offset {}", shared.len(), shared.min().unwrap_or(0)),
             );
         }
-        self.affected_rows = Some(ours);
+        // Convergent rows are already deleted at the head: only the rest is ours to delete.
+        self.affected_rows = Some(ours - shared);
         self.merge_with_head = true;
         Verdict::Ok
+    }
+
+    /// The same rows deleted on both sides converge (OmniGraph's merge truth table: both-deleted is a
+    /// no-op) when both are pure deletes and ours is a replay: it re-applies a decision made on
+    /// another branch, so nothing depends on it deleting the rows itself. A live writer keeps the
+    /// Retry: it re-reads and reports what it really deleted. A row deleted on one side and moved
+    /// out by an update on the other is a real divergence (delete vs update) and stays a conflict.
+    fn deletions_converge(cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> bool {
+        use crate::context::OperationKind;
+        !cx.ours.replay_origins.is_empty()
+            && cx.ours.shell == OperationKind::Delete
+            && peer.context.shell == OperationKind::Delete
     }
 
     fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
