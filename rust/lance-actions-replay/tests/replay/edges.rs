@@ -39,6 +39,7 @@ async fn a_branch_of_a_branch_merges_straight_into_main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = temp_uri(&dir);
     let b = create(&uri, &range(0, 10)).await;
+    b.create("other", "main", None).await.expect("other");
     b.create("feature", "main", None).await.expect("feature");
     append(&b, "feature", &range(100, 105)).await;
     b.create("feature/child", "feature", None).await.expect("child");
@@ -61,6 +62,13 @@ async fn a_branch_of_a_branch_merges_straight_into_main() {
     let parent = b.merge("feature", "main", &ReplayOptions::default()).await.expect("feature into main");
     assert!(matches!(parent, Outcome::AlreadyUpToDate { .. }), "{parent:?}");
     assert_eq!(ids(&b, "main").await, expected, "no row twice");
+    // Into a sibling branch (a clone of main made before any of it): every row arrives once.
+    let out = b.merge("feature/child", "other", &ReplayOptions::default()).await.expect("child into other");
+    assert!(matches!(out, Outcome::FastForward { ref landed, .. } if landed.len() >= 3), "{out:?}");
+    let mut in_other: Vec<i64> =
+        range(0, 10).into_iter().chain(range(100, 105)).chain(range(200, 205)).filter(|i| *i != 102 && *i != 5).collect();
+    in_other.sort_unstable();
+    assert_eq!(ids(&b, "other").await, in_other);
 }
 
 /// Both directions: a branch merged into main, then main merged back into the branch, for plain

@@ -135,7 +135,11 @@ async fn a_merge_reports_every_conflict_of_a_key_on_both_sides() {
 }
 
 /// Rebase and squash replay the delete with the re-insert (squash composes them into one commit
-/// whose own deletion hides the old row): no false conflict, 80 once, then main takes it.
+/// whose own deletion hides the old row): no false conflict, 80 once, then main takes it. The
+/// rebase replays the squashed branch, whose new fragment lives under the old physical branch,
+/// reached through the base its clone inherited (no name): grafted onto the fresh clone of main,
+/// which has an unnamed base of its own, that base must get a name (Lance refuses two unnamed
+/// bases; issue 9, item 12).
 #[tokio::test]
 async fn rebase_and_squash_of_a_reinsert_keep_one_row_per_key() {
     let dir = tempfile::tempdir().expect("tempdir");
