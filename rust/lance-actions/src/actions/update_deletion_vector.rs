@@ -168,3 +168,55 @@ impl UpdateDeletionVector {
         Ok(Self::new(codec::fragment_from(&p.fragment)?, affected_rows))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::OperationKind;
+    use crate::driver::{Inputs, Peer, resolve};
+    use crate::txn::ActionTxn;
+    use crate::{NoFacts, TableState};
+
+    fn deletes(shell: OperationKind, rows: &[u32], replay: bool) -> ActionTxn {
+        let udv = UpdateDeletionVector::new(Fragment::new(1), Some(rows.iter().copied().collect()));
+        let mut txn = ActionTxn::new(shell, vec![udv.into()]);
+        if replay {
+            txn.context.replay_origins = vec!["an-original-commit".into()];
+        }
+        txn
+    }
+
+    /// The verdict label and, when Ok, the rows left for ours to delete.
+    fn judge(ours: &ActionTxn, theirs: &ActionTxn) -> (&'static str, Option<RoaringBitmap>) {
+        let mut base =
+            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        base.fragments.insert(1, Fragment::new(1));
+        let peers = [Peer::new(2, theirs.clone())];
+        let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts });
+        let rows = match &r.txn.actions[0] {
+            AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
+            _ => None,
+        };
+        (r.verdict.label(), rows)
+    }
+
+    #[test]
+    fn a_replayed_delete_of_rows_a_committed_delete_removed_converges() {
+        let (verdict, rows) =
+            judge(&deletes(OperationKind::Delete, &[4, 6], true), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(verdict, "ok");
+        assert_eq!(rows, Some([6].into_iter().collect()), "only the rows not yet deleted are ours");
+    }
+
+    #[test]
+    fn a_live_delete_and_delete_versus_update_still_conflict() {
+        let live = judge(&deletes(OperationKind::Delete, &[4], false), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(live.0, "retry", "a live writer re-reads and reports what it really deleted");
+        let vs_update =
+            judge(&deletes(OperationKind::Delete, &[4], true), &deletes(OperationKind::Update, &[4], false));
+        assert_eq!(vs_update.0, "retry", "delete vs update is a divergence");
+        let update_vs =
+            judge(&deletes(OperationKind::Update, &[4], true), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(update_vs.0, "retry", "update vs delete is a divergence");
+    }
+}
