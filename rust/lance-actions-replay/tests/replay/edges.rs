@@ -65,8 +65,12 @@ async fn a_branch_of_a_branch_merges_straight_into_main() {
     // Into a sibling branch (a clone of main made before any of it): every row arrives once.
     let out = b.merge("feature/child", "other", &ReplayOptions::default()).await.expect("child into other");
     assert!(matches!(out, Outcome::FastForward { ref landed, .. } if landed.len() >= 3), "{out:?}");
-    let mut in_other: Vec<i64> =
-        range(0, 10).into_iter().chain(range(100, 105)).chain(range(200, 205)).filter(|i| *i != 102 && *i != 5).collect();
+    let mut in_other: Vec<i64> = range(0, 10)
+        .into_iter()
+        .chain(range(100, 105))
+        .chain(range(200, 205))
+        .filter(|i| *i != 102 && *i != 5)
+        .collect();
     in_other.sort_unstable();
     assert_eq!(ids(&b, "other").await, in_other);
 }

@@ -195,3 +195,47 @@ async fn the_same_upsert_on_both_sides_merges_and_a_different_one_conflicts() {
     assert_unique(&rows);
     assert_eq!(rows.get(&6), Some(&vec!["theirs".to_string()]));
 }
+
+/// The proof holds where the replay lands, not only where it read: a cherry-pick of the re-insert
+/// of 80 races a keyed insert of 80 on main (main deleted its 80 first, so the probe at the read
+/// version finds nothing). The driver's key fencing makes the later one retry and probe again:
+/// exactly one of the two lands, and main holds 80 once, every round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_racing_a_keyed_insert_of_the_same_key_never_duplicates_it() {
+    let mut replay_won = 0;
+    for round in 0..8u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = temp_uri(&dir);
+        let (b, _, _, v3) = reinserted_80(&uri).await;
+        let mut main = KeyedTable::open(&uri).await.expect("keyed main");
+        main.delete(vec![rows(&[80])]).await.expect("main deletes 80");
+        let replay = {
+            let b = Branches::new(&uri);
+            tokio::spawn(async move { b.cherry_pick("feature", &[v3], "main", &ReplayOptions::default()).await })
+        };
+        // Staggered so that rounds meet the replay before, during and after its probe.
+        let delay = std::time::Duration::from_millis(40 * round);
+        let insert = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            main.insert(vec![named(&[80], "main")]).await
+        });
+        let (replay, insert) = (replay.await.expect("join"), insert.await.expect("join"));
+        let replayed = matches!(replay, Ok(Outcome::CherryPicked { .. }));
+        let inserted = insert.is_ok();
+        assert!(replayed != inserted, "round {round}: exactly one lands: replay {replay:?}, insert {insert:?}");
+        if let Ok(Outcome::Conflicted { conflicts, .. }) = &replay {
+            let rules: Vec<_> = conflicts.iter().map(|c| &c.reason.rule).collect();
+            println!("round {round}: the insert won; the replay reported {rules:?}");
+            assert!(
+                conflicts.iter().any(|c| matches!(c.reason.rule, Rule::KeysPresent | Rule::KeysIntersect)),
+                "round {round}: {conflicts:?}"
+            );
+        }
+        let rows = rows_by_id(&b, "main").await;
+        assert_unique(&rows);
+        let expected = if replayed { "again" } else { "main" };
+        assert_eq!(rows.get(&80), Some(&vec![expected.to_string()]), "round {round}");
+        replay_won += usize::from(replayed);
+    }
+    println!("the replay won {replay_won} of 8 rounds");
+}
