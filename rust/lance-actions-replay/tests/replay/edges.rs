@@ -133,3 +133,40 @@ async fn main_merges_back_into_a_branch_that_was_merged_into_main() {
         assert!(matches!(again, Outcome::AlreadyUpToDate { .. }), "{from} into {into}: {again:?}");
     }
 }
+
+/// A data file naming a base id its branch does not define (written here through Lance's own
+/// commit API, which does not check it) is refused by the replay, naming the id, with nothing
+/// written; before, the graft kept the number, and main would have read whatever its own base of
+/// that id names (or nothing).
+#[tokio::test]
+async fn a_dangling_source_base_id_is_refused_not_reused() {
+    use lance::dataset::transaction::Operation;
+    use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
+    use lance_actions_replay::Error;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let feature = std::sync::Arc::new(open(&b, "feature").await);
+    let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let mut txn = InsertBuilder::new(feature.clone())
+        .with_params(&params)
+        .execute_uncommitted(vec![rows(&[500])])
+        .await
+        .expect("stage");
+    let Operation::Append { fragments } = &mut txn.operation else { panic!("{}", txn.operation) };
+    for file in fragments.iter_mut().flat_map(|f| f.files.iter_mut()) {
+        file.base_id = Some(42);
+    }
+    CommitBuilder::new(feature).execute(txn).await.expect("Lance commits the dangling id unchecked");
+    let before = inventory(dir.path());
+    for options in [dry(), ReplayOptions::default()] {
+        match b.merge("feature", "main", &options).await {
+            Err(Error::NotReplayable { why, .. }) => assert!(why.contains("base path 42"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(inventory(dir.path()), before, "nothing written");
+    assert_eq!(ids(&b, "main").await, range(0, 10));
+}
