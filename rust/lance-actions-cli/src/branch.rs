@@ -283,6 +283,7 @@ fn outcome_json(r: &Request, outcome: &Outcome, logical: &BTreeMap<String, Strin
                 "rule": format!("{:?}", c.reason.rule),
                 "detail": c.reason.detail,
                 "retryable": c.retryable,
+                "keys": c.keys,
                 "text": c.to_string(),
             })
         })

@@ -513,28 +513,46 @@ async fn merge_lands_a_branch_append_on_main() {
     assert!(out.starts_with("already-up-to-date: merge feature into main") && out.contains("skipped"), "{out}");
 }
 
+/// A plain Lance update of `predicate` on `branch` (rows move: deleted in place, rewritten).
+async fn update_where(uri: &str, branch: &str, predicate: &str) -> u64 {
+    let ds = open_branch(uri, branch).await;
+    let job = lance::dataset::UpdateBuilder::new(ds)
+        .update_where(predicate)
+        .expect("where")
+        .set("name", "'updated'")
+        .expect("set")
+        .build()
+        .expect("job");
+    job.execute().await.expect("update").new_dataset.manifest().version
+}
+
+/// Delete on the branch vs update on main, twice: every conflict is listed (JSON and table), each
+/// with its source version and the main version it meets; exit 3; main untouched. (The same row
+/// deleted on both sides is convergent and merges: tested in the replay crate.)
 #[tokio::test]
-async fn a_conflicting_merge_exits_3_with_the_conflict_and_leaves_main_alone() {
+async fn a_conflicting_merge_exits_3_with_every_conflict_and_leaves_main_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = create_replay_table(dir.path()).await;
     let feature = cli_branch(&uri, "feature");
-    let ours = delete_where(&uri, &feature, "id = 4").await;
-    let theirs = delete_where(&uri, "main", "id = 4").await;
+    let ours = [delete_where(&uri, &feature, "id = 4").await, delete_where(&uri, &feature, "id = 6").await];
+    let theirs = [update_where(&uri, "main", "id = 4").await, update_where(&uri, "main", "id = 6").await];
 
     let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 3);
     assert_eq!(v["outcome"], "conflicted", "{v}");
     assert_eq!(v["landed"], serde_json::json!([]), "{v}");
     let conflicts = v["conflicts"].as_array().expect("conflicts");
-    assert_eq!(conflicts.len(), 1, "{v}");
-    let c = &conflicts[0];
-    assert_eq!(c["source_branch"], "feature", "{v}");
-    assert_eq!(c["source_physical"], feature.as_str(), "{v}");
-    assert_eq!(c["source_version"], ours, "{v}");
-    assert_eq!(c["peer_version"], theirs, "{v}");
-    assert_eq!(c["action"], "UpdateDeletionVector", "{v}");
-    assert!(c["path"].as_str().is_some_and(|p| p.contains("DeletionVector")), "{v}");
-    assert!(c["rule"].as_str().is_some_and(|r| !r.is_empty()) && c["retryable"].is_boolean(), "{v}");
-    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs, "main's version is unchanged");
+    assert_eq!(conflicts.len(), 2, "{v}");
+    for (c, (ours, theirs)) in conflicts.iter().zip(ours.iter().zip(&theirs)) {
+        assert_eq!(c["source_branch"], "feature", "{v}");
+        assert_eq!(c["source_physical"], feature.as_str(), "{v}");
+        assert_eq!(c["source_version"], *ours, "{v}");
+        assert_eq!(c["peer_version"], *theirs, "{v}");
+        assert_eq!(c["action"], "UpdateDeletionVector", "{v}");
+        assert_eq!(c["rule"], "RowsOverlap", "{v}");
+        assert!(c["path"].as_str().is_some_and(|p| p.contains("DeletionVector")), "{v}");
+        assert!(c["retryable"].is_boolean() && c["keys"] == serde_json::json!([]), "{v}");
+    }
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs[1], "main's version is unchanged");
 
     // The human form: one summary line, then the table; still exit 3, nothing on stderr.
     let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
@@ -542,17 +560,51 @@ async fn a_conflicting_merge_exits_3_with_the_conflict_and_leaves_main_alone() {
     assert!(err.is_empty(), "conflicts are data, not an error: {err}");
     let mut lines = out.lines();
     let head = lines.next().expect("summary");
-    assert!(head.starts_with("conflicted: merge feature into main") && head.contains("main unchanged"), "{out}");
+    assert!(head.starts_with("conflicted: merge feature into main") && head.contains("2 conflict(s)"), "{out}");
+    assert!(head.contains("main unchanged"), "{out}");
     assert!(lines.next().is_some_and(|l| l.contains("SOURCE") && l.contains("CONFLICTS WITH")), "{out}");
-    let row = lines.next().expect("a conflict row");
-    assert!(row.contains(&format!("feature@v{ours}")) && row.contains(&format!("v{theirs} ")), "{out}");
-    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs);
+    for (ours, theirs) in ours.iter().zip(&theirs) {
+        let row = lines.next().expect("a conflict row");
+        assert!(row.contains(&format!("feature@v{ours}")) && row.contains(&format!("v{theirs} ")), "{out}");
+    }
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs[1]);
 
-    // A fast-forward is refused outright (main has a commit of its own): one line, exit 1.
+    // A fast-forward is refused outright (main has commits of its own): one line, exit 1.
     let (code, _, err) = run_code(&["fast-forward", &uri, "--from", "feature", "--into", "main"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.starts_with("error: ") && err.contains("cannot fast-forward"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// The issue's reproduction through the CLI: a branch deletes key 80 and inserts it again;
+/// cherry-picking only the insert onto main is a `KeysPresent` conflict naming 80, exit 3, and
+/// main holds 80 once.
+#[tokio::test]
+async fn cherry_picking_a_reinserted_key_exits_3_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let lines: Vec<String> = (1..=100).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "rows.jsonl", &lines);
+    let (code, _, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &input]);
+    assert_eq!(code, Some(0), "{err}");
+    let physical = cli_branch(&uri, "feature");
+    let del = jsonl(dir.path(), "del80.jsonl", &[r#"{"id": 80}"#]);
+    let (code, _, err) = run_code(&["keyed", "delete", &uri, "--branch", &physical, "--input", &del]);
+    assert_eq!(code, Some(0), "{err}");
+    let ins = jsonl(dir.path(), "ins80.jsonl", &[r#"{"id": 80, "name": "again"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", &physical, "--input", &ins]);
+    assert_eq!(code, Some(0), "{err}");
+    let reinsert = open_branch(&uri, &physical).await.manifest().version.to_string();
+    let before = open_branch(&uri, "main").await.manifest().version;
+
+    let v = replay_json(&["cherry-pick", &uri, "--from", "feature", "--version", &reinsert, "--onto", "main"], 3);
+    assert_eq!(v["outcome"], "conflicted", "{v}");
+    let conflicts = v["conflicts"].as_array().expect("conflicts");
+    let present = conflicts.iter().find(|c| c["rule"] == "KeysPresent").unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(present["keys"], serde_json::json!(["80"]), "{v}");
+    assert_eq!(open_branch(&uri, "main").await.manifest().version, before, "nothing written");
+    assert_eq!(count_where(&uri, "main", "id = 80").await, 1, "no duplicate");
 }
 
 #[tokio::test]

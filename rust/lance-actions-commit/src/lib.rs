@@ -12,6 +12,7 @@ pub mod facts;
 pub mod history;
 pub mod judge;
 pub mod oracle;
+pub mod presence;
 pub mod retry;
 pub mod scenario;
 

@@ -48,47 +48,55 @@ impl Graft {
         }
     }
 
-    /// The target base id for a source base id (`None` = the source's root).
-    pub fn map_base(&mut self, source_base: Option<u32>) -> Option<u32> {
+    /// The target base id for a source base id (`None` = the source's root). `Err` for a base id the
+    /// source's manifest does not define: reusing the number would make the target read whatever
+    /// location its own base of that id names.
+    pub fn map_base(&mut self, source_base: Option<u32>) -> Result<Option<u32>, String> {
         let (location, name, is_root) = match source_base {
             None => (self.source_root.clone(), Some(format!("graft:{}", self.source_name)), true),
+            // Lance refuses a second base without a name (an unnamed one clashes with the clone's
+            // own unnamed base), so an inherited base gets one too, unique by its location.
             Some(id) => match self.source_bases.get(&id) {
-                Some(b) => (b.path.clone(), None, b.is_dataset_root),
-                // A dangling id cannot be resolved by the source either; keep it visible as is.
-                None => return Some(id),
+                Some(b) => (b.path.clone(), Some(format!("graft:{}", normalise(&b.path))), b.is_dataset_root),
+                None => {
+                    return Err(format!(
+                        "it references base path {id}, which branch '{}' does not define",
+                        self.source_name
+                    ));
+                }
             },
         };
         let key = normalise(&location);
         if key == self.target_root {
-            return None;
+            return Ok(None);
         }
         if let Some(id) = self.by_location.get(&key) {
-            return Some(*id);
+            return Ok(Some(*id));
         }
         let id = (1..).find(|id| !self.taken.contains(id)).unwrap_or(u32::MAX);
         self.taken.push(id);
         self.by_location.insert(key, id);
         self.new_bases.push(BasePath { id, name, is_dataset_root: is_root, path: location });
-        Some(id)
+        Ok(Some(id))
     }
 
-    pub fn data_file(&mut self, file: &DataFile) -> DataFile {
+    pub fn data_file(&mut self, file: &DataFile) -> Result<DataFile, String> {
         let mut out = file.clone();
-        out.base_id = self.map_base(file.base_id);
-        out
+        out.base_id = self.map_base(file.base_id)?;
+        Ok(out)
     }
 
     /// A fragment's data files grafted; its deletion file is left to the caller (re-derived).
-    pub fn fragment_files(&mut self, fragment: &Fragment) -> Fragment {
+    pub fn fragment_files(&mut self, fragment: &Fragment) -> Result<Fragment, String> {
         let mut out = fragment.clone();
-        out.files = fragment.files.iter().map(|f| self.data_file(f)).collect();
-        out
+        out.files = fragment.files.iter().map(|f| self.data_file(f)).collect::<Result<_, _>>()?;
+        Ok(out)
     }
 
-    pub fn index(&mut self, index: &IndexMetadata) -> IndexMetadata {
+    pub fn index(&mut self, index: &IndexMetadata) -> Result<IndexMetadata, String> {
         let mut out = index.clone();
-        out.base_id = self.map_base(index.base_id);
-        out
+        out.base_id = self.map_base(index.base_id)?;
+        Ok(out)
     }
 }
 
@@ -103,9 +111,9 @@ mod tests {
         // The feature branch inherited main's files through base 0.
         let source_bases = HashMap::from([(0, BasePath::new(0, main_root.into(), Some("main".into()), true))]);
         let mut g = Graft::new(main_root, &HashMap::new(), feature_root, "feature", &source_bases);
-        assert_eq!(g.map_base(Some(0)), None, "main's own files come home");
-        let id = g.map_base(None).expect("a base for the feature root");
-        assert_eq!(g.map_base(None), Some(id), "one base per location");
+        assert_eq!(g.map_base(Some(0)), Ok(None), "main's own files come home");
+        let id = g.map_base(None).expect("mapped").expect("a base for the feature root");
+        assert_eq!(g.map_base(None), Ok(Some(id)), "one base per location");
         assert_eq!(g.new_bases.len(), 1);
         assert_ne!(id, 0, "ids are never 0 (Lance reserves it)");
         let again = Graft::new(
@@ -116,7 +124,18 @@ mod tests {
             &source_bases,
         );
         let mut again = again;
-        assert_eq!(again.map_base(None), Some(id), "a later replay reuses the base");
+        assert_eq!(again.map_base(None), Ok(Some(id)), "a later replay reuses the base");
         assert!(again.new_bases.is_empty());
+    }
+
+    /// A base id the source does not define is an error naming it, never the same number reused
+    /// (the target's own base of that id may name another location).
+    #[test]
+    fn a_dangling_source_base_id_is_an_error() {
+        let target_bases = HashMap::from([(3, BasePath::new(3, "/elsewhere".into(), Some("other".into()), true))]);
+        let mut g = Graft::new("/d/t", &target_bases, "/d/t/tree/feature", "feature", &HashMap::new());
+        let err = g.map_base(Some(3)).expect_err("dangling");
+        assert!(err.contains("base path 3") && err.contains("feature"), "{err}");
+        assert!(g.new_bases.is_empty());
     }
 }

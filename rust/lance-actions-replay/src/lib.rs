@@ -9,6 +9,7 @@
 pub mod compose;
 pub mod error;
 pub mod graft;
+mod keycheck;
 pub mod lineage;
 pub mod names;
 pub mod ops;

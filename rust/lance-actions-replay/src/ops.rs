@@ -80,23 +80,33 @@ impl Outcome {
 }
 
 enum Run {
-    Done(Vec<Landed>),
+    /// What landed, and the source versions that converged (already on the target: skipped).
+    Done(Vec<Landed>, Vec<u64>),
     Conflicted(Vec<Conflict>, Vec<Landed>),
 }
 
 /// Plan, then (unless dry) execute.
 async fn run(session: &mut Session, options: &ReplayOptions) -> Result<Run> {
     let planned = match session.plan().await? {
-        Err(c) => return Ok(Run::Conflicted(vec![c], Vec::new())),
-        Ok((_, landed)) => landed,
+        Err(conflicts) => return Ok(Run::Conflicted(conflicts, Vec::new())),
+        Ok(plan) => plan,
     };
     if options.dry_run {
-        return Ok(Run::Done(planned));
+        return Ok(Run::Done(planned.landed, planned.converged));
     }
+    // A convergent commit writes nothing, not even the bases its replay would have needed.
+    session.pending.retain(|s| !planned.converged.contains(&s.version));
     Ok(match session.execute(options.max_attempts).await? {
-        Ok(landed) => Run::Done(landed),
-        Err((landed, c)) => Run::Conflicted(vec![c], landed),
+        Ok(done) => Run::Done(done.landed, with_converged(planned.converged, done.converged)),
+        Err((done, conflicts)) => Run::Conflicted(conflicts, done.landed),
     })
+}
+
+/// Skipped versions: those the target already had, then those that converged, in version order.
+fn with_converged(mut skipped: Vec<u64>, converged: Vec<u64>) -> Vec<u64> {
+    skipped.extend(converged);
+    skipped.sort_unstable();
+    skipped
 }
 
 impl Branches {
@@ -123,7 +133,9 @@ impl Branches {
             return Ok(Outcome::AlreadyUpToDate { skipped });
         }
         Ok(match run(&mut session, options).await? {
-            Run::Done(landed) => Outcome::CherryPicked { landed, skipped },
+            Run::Done(landed, converged) => {
+                Outcome::CherryPicked { landed, skipped: with_converged(skipped, converged) }
+            }
             Run::Conflicted(conflicts, landed) => Outcome::Conflicted { conflicts, landed },
         })
     }
@@ -152,8 +164,10 @@ impl Branches {
             return Err(Error::NotFastForward { from: from.into(), target: into.into(), commits: own });
         }
         Ok(match run(&mut session, options).await? {
-            Run::Done(landed) if own == 0 => Outcome::FastForward { landed, skipped },
-            Run::Done(landed) => Outcome::Merged { landed, skipped },
+            Run::Done(landed, converged) if own == 0 => {
+                Outcome::FastForward { landed, skipped: with_converged(skipped, converged) }
+            }
+            Run::Done(landed, converged) => Outcome::Merged { landed, skipped: with_converged(skipped, converged) },
             Run::Conflicted(conflicts, landed) => Outcome::Conflicted { conflicts, landed },
         })
     }
@@ -167,7 +181,7 @@ impl Branches {
         if options.dry_run {
             let mut session = Session::open(&root, &Some(old.clone()), &onto_chain, None, "rebase").await?;
             return Ok(match run(&mut session, options).await? {
-                Run::Done(landed) => {
+                Run::Done(landed, _) => {
                     Outcome::Rebased { old_physical: old.clone(), new_physical: String::new(), landed }
                 }
                 Run::Conflicted(conflicts, landed) => Outcome::Conflicted { conflicts, landed },
@@ -268,7 +282,7 @@ impl Branches {
         done: impl FnOnce(Vec<Landed>) -> Outcome,
     ) -> Result<Outcome> {
         let result = match built {
-            Ok(Run::Done(landed)) => match self.swap(branch, expected, Some(fresh)).await {
+            Ok(Run::Done(landed, _)) => match self.swap(branch, expected, Some(fresh)).await {
                 Ok(()) => return Ok(done(landed)),
                 Err(e) => Err(e),
             },

@@ -27,18 +27,19 @@ use crate::graft::Graft;
 /// Source fragment id -> target fragment id.
 #[derive(Debug, Clone, Default)]
 pub struct FragmentMap {
-    /// Ids up to this one existed at the merge base: the same on both sides.
-    pub fork_max: u64,
+    /// Ids up to this one existed at the merge base: the same on both sides. `None`: the merge
+    /// base never had a fragment, so every fragment is one a source commit created.
+    pub fork_max: Option<u64>,
     pub created: HashMap<u64, u64>,
 }
 
 impl FragmentMap {
-    pub fn new(fork_max: u64) -> Self {
+    pub fn new(fork_max: Option<u64>) -> Self {
         Self { fork_max, created: HashMap::new() }
     }
 
     pub fn target(&self, source: u64) -> Result<u64, String> {
-        if source <= self.fork_max {
+        if self.fork_max.is_some_and(|max| source <= max) {
             return Ok(source);
         }
         self.created.get(&source).copied().ok_or_else(|| {
@@ -107,11 +108,11 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
                 .fragments
                 .iter()
                 .map(|f| {
-                    let mut g = cx.graft.fragment_files(f);
+                    let mut g = cx.graft.fragment_files(f)?;
                     g.id = 0;
-                    g
+                    Ok(g)
                 })
-                .collect();
+                .collect::<Result<_, String>>()?;
             AddFragments { fragments, keys: a.keys.clone() }.into()
         }
         AnyAction::RemoveFragments(r) => {
@@ -136,11 +137,11 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
             target: match &r.target {
                 ColumnTarget::File { fragment_id, file } => ColumnTarget::File {
                     fragment_id: cx.fragments.target(*fragment_id)?,
-                    file: cx.graft.data_file(file),
+                    file: cx.graft.data_file(file)?,
                 },
                 ColumnTarget::Rewritten { fragment, fields } => {
                     let head = cx.head_fragment(fragment)?;
-                    let mut post = cx.graft.fragment_files(fragment);
+                    let mut post = cx.graft.fragment_files(fragment)?;
                     post.id = head.id;
                     post.deletion_file = head.deletion_file.clone();
                     ColumnTarget::Rewritten { fragment: post, fields: fields.clone() }
@@ -154,7 +155,7 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
                 .iter()
                 .map(|f| {
                     let head = cx.head_fragment(f)?;
-                    let mut post = cx.graft.fragment_files(f);
+                    let mut post = cx.graft.fragment_files(f)?;
                     post.id = head.id;
                     post.deletion_file = head.deletion_file.clone();
                     Ok(post)
@@ -183,7 +184,7 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
                         if f.deletion_file.is_some() {
                             return Err("a compacted fragment carries a deletion file".to_string());
                         }
-                        let mut n = cx.graft.fragment_files(f);
+                        let mut n = cx.graft.fragment_files(f)?;
                         n.id = 0;
                         Ok(n)
                     })
@@ -192,7 +193,7 @@ fn remap_action(action: &AnyAction, cx: &mut RemapCx<'_>) -> Result<AnyAction, S
             RewriteFragments { groups, rewritten_indices: Vec::new(), frag_reuse_index: None }.into()
         }
         AnyAction::AddIndex(a) => {
-            let index = cx.graft.index(&a.index);
+            let index = cx.graft.index(&a.index)?;
             // The index's files address rows as (fragment id, offset): it can only be read where
             // every fragment it covers kept its id.
             if let Some(bitmap) = &a.index.fragment_bitmap {

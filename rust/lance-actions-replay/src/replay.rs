@@ -13,15 +13,17 @@ use std::sync::Arc;
 use lance::Dataset;
 use lance_actions::actions::add_bases::AddBases;
 use lance_actions::{Action, ActionTxn, AnyAction, Inputs, OperationKind, Peer, RebaseFacts, TableState, Verdict};
-use lance_actions::{Reason, Rule, resolve};
+use lance_actions::{Reason, Resolution, Rule, resolve};
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::judge::{deleted_rows, table_state};
+use lance_actions_commit::presence::key_columns;
 use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_table::format::{BasePath, Fragment};
 use roaring::RoaringBitmap;
 
 use crate::error::{Error, LanceContext, Result};
 use crate::graft::Graft;
+use crate::keycheck::{KeyState, Probe, inserts_rows, probe};
 use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
 use crate::provenance::{self, known_transactions, new_fragment_ids, origins};
 use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
@@ -55,6 +57,8 @@ pub struct Conflict {
     pub reason: Reason,
     /// True for Retry (the same work may go through once re-planned), false for Fail.
     pub retryable: bool,
+    /// For `KeysPresent`: the keys the replay would insert that the target already holds.
+    pub keys: Vec<String>,
 }
 
 impl std::fmt::Display for Conflict {
@@ -99,6 +103,23 @@ impl ReplayFacts {
         }
         Ok(())
     }
+}
+
+/// What a plan would land, or what an execution landed.
+#[derive(Debug, Default, Clone)]
+pub struct Plan {
+    /// Bases the target gains (plan only).
+    pub bases: Vec<BasePath>,
+    pub landed: Vec<Landed>,
+    /// Source versions that converged: the target already had their every change, nothing written.
+    pub converged: Vec<u64>,
+}
+
+/// A replay's verdict on the target, its key probe included.
+enum StepVerdict {
+    Go(Option<Probe>),
+    Converged,
+    Conflicts(Vec<Conflict>),
 }
 
 /// Both sides of a replay since their merge base.
@@ -167,7 +188,7 @@ impl Session {
             source: source.clone(),
             target: target.clone(),
             base,
-            fragments: FragmentMap::new(base_state.max_fragment_id),
+            fragments: FragmentMap::new(base_state.max_allocated_fragment_id()),
             base_state,
             base_dataset,
             pending: Vec::new(),
@@ -202,28 +223,7 @@ impl Session {
     /// A source commit with its deletion-vector changes' rows filled in from the source's vectors.
     async fn source_commit(&self, c: &Commit) -> Result<SourceCommit> {
         let mut actions = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
-        let needs_rows = actions
-            .actions
-            .iter()
-            .any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.affected_rows.is_none()));
-        if needs_rows {
-            let after = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
-            let before = Arc::new(
-                after.checkout_version(c.version - 1).await.lance(format!("opening version {}", c.version - 1))?,
-            );
-            for action in actions.actions.iter_mut() {
-                let AnyAction::UpdateDeletionVector(u) = action else { continue };
-                if u.affected_rows.is_some() {
-                    continue;
-                }
-                let now = deleted_rows(&after, &u.fragment).await?;
-                let was = match before.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
-                    Some(f) => deleted_rows(&before, f).await?,
-                    None => RoaringBitmap::new(),
-                };
-                u.affected_rows = Some(now - was);
-            }
-        }
+        self.fill_deleted_rows(c, &mut actions).await?;
         Ok(SourceCommit {
             chain: c.chain.clone(),
             version: c.version,
@@ -231,6 +231,35 @@ impl Session {
             origins: origins(&c.txn),
             actions,
         })
+    }
+
+    /// Give each deletion-vector change of commit `c` the rows that commit deleted: its vector minus
+    /// the vector at the version before. Without them a commit's rows would be read as everything
+    /// deleted since the merge base, and a later commit would be blamed for an earlier one's rows.
+    async fn fill_deleted_rows(&self, c: &Commit, actions: &mut ActionTxn) -> Result<()> {
+        let needs_rows = actions
+            .actions
+            .iter()
+            .any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.affected_rows.is_none()));
+        if !needs_rows {
+            return Ok(());
+        }
+        let after = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
+        let before =
+            Arc::new(after.checkout_version(c.version - 1).await.lance(format!("opening version {}", c.version - 1))?);
+        for action in actions.actions.iter_mut() {
+            let AnyAction::UpdateDeletionVector(u) = action else { continue };
+            if u.affected_rows.is_some() {
+                continue;
+            }
+            let now = deleted_rows(&after, &u.fragment).await?;
+            let was = match before.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
+                Some(f) => deleted_rows(&before, f).await?,
+                None => RoaringBitmap::new(),
+            };
+            u.affected_rows = Some(now - was);
+        }
+        Ok(())
     }
 
     /// Fragments of source commits the target already has (replayed earlier, or replayed from
@@ -264,10 +293,11 @@ impl Session {
             if ours {
                 continue;
             }
-            let txn = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
+            let mut txn = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
             if is_bookkeeping(&txn) {
                 continue;
             }
+            self.fill_deleted_rows(&c, &mut txn).await?;
             let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
             for a in &txn.actions {
                 if let AnyAction::UpdateDeletionVector(u) = a {
@@ -325,61 +355,138 @@ impl Session {
             source_version: step.version,
             reason,
             retryable,
+            keys: Vec::new(),
         })
     }
 
+    /// Every conflict the driver found: one per target commit that does not commute with the
+    /// replay (the driver stops at a Fail), or the verdict on the head when no peer conflicts.
+    fn conflicts(&self, step: &SourceCommit, r: &Resolution) -> Vec<Conflict> {
+        let mut out: Vec<Conflict> = r.peers.iter().filter_map(|p| self.conflict(step, p.verdict.clone())).collect();
+        if out.is_empty() {
+            out.extend(self.conflict(step, r.verdict.clone()));
+        }
+        out
+    }
+
+    /// The driver's conflicts plus the keys the target already holds, unless the replay converges
+    /// (changes nothing the target does not already have): then `Converged`.
+    #[allow(clippy::too_many_arguments)]
+    async fn judge_step(
+        &self,
+        step: &SourceCommit,
+        r: &Resolution,
+        key: Option<&[String]>,
+        target: &Arc<Dataset>,
+        head: &TableState,
+        source_ds: &Dataset,
+        before: &KeyState,
+    ) -> Result<StepVerdict> {
+        let mut found = self.conflicts(step, r);
+        let probed = match key {
+            Some(key) if inserts_rows(&r.txn) => Some(probe(key, target, source_ds, step, &r.txn, before).await?),
+            _ => None,
+        };
+        let keys_present = probed.as_ref().is_some_and(|p| !p.present.is_empty());
+        if found.is_empty() && !keys_present {
+            return Ok(StepVerdict::Go(probed));
+        }
+        if let Some(p) = &probed
+            && p.converges(&r.txn, target, head, before).await?
+        {
+            return Ok(StepVerdict::Converged);
+        }
+        if let Some(p) = probed.filter(|p| !p.present.is_empty()) {
+            found.push(Conflict {
+                source_branch: chain_name(&step.chain).into(),
+                source_version: step.version,
+                reason: p.reason(chain_name(&self.target), target.manifest().version),
+                retryable: false,
+                keys: p.present_keys(),
+            });
+        }
+        Ok(StepVerdict::Conflicts(found))
+    }
+
     /// Judge every pending commit in order on the model's table state, writing nothing. Returns
-    /// the bases the target must gain, the would-be landed versions, or the first conflict.
-    pub async fn plan(&self) -> Result<Result<(Vec<BasePath>, Vec<Landed>), Conflict>> {
+    /// the plan, or every conflict found: a conflicting commit is left out and the later ones are
+    /// still judged, until one depends on a commit left out.
+    pub async fn plan(&self) -> Result<Result<Plan, Vec<Conflict>>> {
         let target = Arc::new(open_chain(&self.root, &self.target).await?);
+        let key = key_columns(&target);
         let mut head = table_state(&target).await?;
         let (peers, facts) = self.target_peers().await?;
         let mut fragments = self.fragments.clone();
-        let mut bases = Vec::new();
-        let mut landed = Vec::new();
+        let mut keys = KeyState::default();
+        let mut plan = Plan::default();
+        let mut conflicts = Vec::new();
         let mut version = head.version;
         for step in &self.pending {
             let source_ds = open_version(&self.root, &step.chain, step.version).await?;
-            let (new_bases, txn) = self.bind(step, &head, &source_ds, &fragments)?;
+            let (new_bases, txn) = match self.bind(step, &head, &source_ds, &fragments) {
+                Ok(bound) => bound,
+                // It needs a commit left out for its conflicts: what was found is the answer.
+                Err(_) if !conflicts.is_empty() => break,
+                Err(e) => return Err(e),
+            };
             if !new_bases.is_empty() {
                 apply(
                     &mut head,
                     &ActionTxn::new(OperationKind::UpdateBases, vec![AddBases { bases: new_bases.clone() }.into()]),
                 );
-                bases.extend(new_bases);
+                plan.bases.extend(new_bases);
                 version += 1;
             }
             let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
-            if let Some(c) = self.conflict(step, r.verdict) {
-                return Ok(Err(c));
-            }
+            let probed = match self.judge_step(step, &r, key.as_deref(), &target, &head, &source_ds, &keys).await? {
+                StepVerdict::Go(probed) => probed,
+                StepVerdict::Converged => {
+                    plan.converged.push(step.version);
+                    continue;
+                }
+                StepVerdict::Conflicts(found) => {
+                    conflicts.extend(found);
+                    continue;
+                }
+            };
             let assigned = apply(&mut head, &r.txn);
             fragments.record(&step.new_ids, &assigned).map_err(|why| step.not_replayable(why))?;
+            keys.hide(&r.txn);
+            if let Some(p) = probed {
+                keys.insert(p.inserted, &step.new_ids, &assigned);
+            }
             version += 1;
-            landed.push(Landed { source_version: step.version, target_version: version });
+            plan.landed.push(Landed { source_version: step.version, target_version: version });
         }
-        Ok(Ok((bases, landed)))
+        Ok(if conflicts.is_empty() { Ok(plan) } else { Err(conflicts) })
     }
 
     /// Replay every pending commit for real, one commit each (plus one commit adding the bases the
-    /// first replay from a location needs). Stops at the first conflict; what landed before it
-    /// stays (each replay is atomic, the sequence is not).
-    pub async fn execute(&mut self, max_attempts: usize) -> Result<Result<Vec<Landed>, (Vec<Landed>, Conflict)>> {
-        let mut landed = Vec::new();
+    /// first replay from a location needs); a convergent one is skipped (`Plan::converged`). Stops
+    /// at the first conflicting commit; what landed before it stays (each replay is atomic, the
+    /// sequence is not).
+    pub async fn execute(&mut self, max_attempts: usize) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
+        let mut done = Plan::default();
         let pending = std::mem::take(&mut self.pending);
         for (i, step) in pending.iter().enumerate() {
             // Later steps are still pending for the peer filter: their replays are ours.
             self.pending = pending[i..].to_vec();
             match self.execute_step(step, max_attempts).await? {
-                Ok(l) => landed.push(l),
-                Err(c) => return Ok(Err((landed, c))),
+                Ok(Some(l)) => done.landed.push(l),
+                Ok(None) => done.converged.push(step.version),
+                Err(c) => return Ok(Err((done, c))),
             }
         }
         self.pending.clear();
-        Ok(Ok(landed))
+        Ok(Ok(done))
     }
 
-    async fn execute_step(&mut self, step: &SourceCommit, max_attempts: usize) -> Result<Result<Landed, Conflict>> {
+    /// One replay: `Ok(None)` when it converged (nothing to write).
+    async fn execute_step(
+        &mut self,
+        step: &SourceCommit,
+        max_attempts: usize,
+    ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
         let mut last = String::new();
         let (mut attempts, mut grafts) = (0, 0);
@@ -391,7 +498,7 @@ impl Session {
             let head = table_state(&target).await?;
             let history = self.target_history().await?;
             if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
-                return Ok(Ok(self.record_landed(step, &done.chain, done.version).await?));
+                return Ok(Ok(Some(self.record_landed(step, &done.chain, done.version).await?)));
             }
             let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
             if !bases.is_empty() {
@@ -410,15 +517,20 @@ impl Session {
             attempts += 1;
             let (peers, facts) = self.peers_from(history).await?;
             let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
-            if let Some(c) = self.conflict(step, r.verdict) {
-                return Ok(Err(c));
+            // The key probe at this head; writers landing after it are fenced by the driver.
+            let key = key_columns(&target);
+            let none = KeyState::default();
+            match self.judge_step(step, &r, key.as_deref(), &target, &head, &source_ds, &none).await? {
+                StepVerdict::Go(_) => {}
+                StepVerdict::Converged => return Ok(Ok(None)),
+                StepVerdict::Conflicts(found) => return Ok(Err(found)),
             }
             let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
             match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
                 Ok((_, report)) => {
                     let landed = self.record_landed(step, &self.target.clone(), report.version).await?;
                     self.pin(step).await?;
-                    return Ok(Ok(landed));
+                    return Ok(Ok(Some(landed)));
                 }
                 // A writer landed on the target meanwhile: bind again on the new head.
                 Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),

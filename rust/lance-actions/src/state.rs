@@ -12,8 +12,11 @@ pub struct TableState {
     /// The version this state describes.
     pub version: u64,
     pub fragments: BTreeMap<u64, Fragment>,
-    /// Highest fragment id ever allocated; the next new fragment gets `max_fragment_id + 1`.
+    /// Highest fragment id ever allocated; the next new fragment gets `max_fragment_id + 1`, or 0
+    /// while `no_fragment_id_yet` (Lance's first fragment is 0).
     pub max_fragment_id: u64,
+    /// No fragment id was ever allocated (Lance's `max_fragment_id()` is `None`).
+    pub no_fragment_id_yet: bool,
     pub schema: Schema,
     pub indices: Vec<IndexMetadata>,
     pub config: HashMap<String, String>,
@@ -30,7 +33,9 @@ impl TableState {
         Self {
             version: manifest.version,
             fragments: manifest.fragments.iter().map(|f| (f.id, f.clone())).collect(),
-            max_fragment_id: manifest.max_fragment_id.map(u64::from).unwrap_or(0),
+            // Lance's own reading: the stored high-water mark, or the highest id present.
+            max_fragment_id: manifest.max_fragment_id().unwrap_or(0),
+            no_fragment_id_yet: manifest.max_fragment_id().is_none(),
             schema: manifest.schema.clone(),
             indices: indices.to_vec(),
             config: manifest.config.clone(),
@@ -46,6 +51,8 @@ impl TableState {
             version: 0,
             fragments: BTreeMap::new(),
             max_fragment_id: 0,
+            // Tests and the matrix number fragments from 1.
+            no_fragment_id_yet: false,
             schema,
             indices: Vec::new(),
             config: HashMap::new(),
@@ -69,7 +76,30 @@ impl TableState {
 
     /// Allocate the next fragment id, as Lance does for fragments committed with id 0.
     pub fn allocate_fragment_id(&mut self) -> u64 {
-        self.max_fragment_id += 1;
+        if self.no_fragment_id_yet {
+            self.no_fragment_id_yet = false;
+            self.max_fragment_id = 0;
+        } else {
+            self.max_fragment_id += 1;
+        }
         self.max_fragment_id
+    }
+
+    /// Reserve `count` ids as Lance does (the next `count` ids from the high-water mark).
+    pub fn reserve_fragment_ids(&mut self, count: u64) {
+        if count == 0 {
+            return;
+        }
+        if self.no_fragment_id_yet {
+            self.no_fragment_id_yet = false;
+            self.max_fragment_id = count - 1;
+        } else {
+            self.max_fragment_id += count;
+        }
+    }
+
+    /// The highest fragment id allocated so far, `None` when none ever was.
+    pub fn max_allocated_fragment_id(&self) -> Option<u64> {
+        (!self.no_fragment_id_yet).then_some(self.max_fragment_id)
     }
 }

@@ -39,6 +39,9 @@ pub enum Rule {
     LanceCompatible,
     /// Both transactions replay the same original commit: the first one to land has it.
     AlreadyReplayed,
+    /// A replayed insert would add keys the target already holds (found by probing the target at
+    /// the version the replay lands on): replaying it would duplicate them.
+    KeysPresent,
 }
 
 /// Why a transaction cannot commit as is: names our action, the committed peer's version and action,

@@ -83,3 +83,34 @@ async fn an_append_after_an_overwrite_fails() {
     assert_eq!(latest(&uri).await.manifest().version, overwrite.manifest().version);
     let _ = Arc::new(overwrite);
 }
+
+/// The shared key probe: a table declared keyed in its config is probed by key hash; deleted rows
+/// are not present; each hit names its row address and key; rows compare by value.
+#[tokio::test]
+async fn the_key_probe_finds_live_rows_by_key_with_their_addresses() {
+    use std::collections::HashSet;
+
+    use lance_actions::keys::hash_key_bytes;
+    use lance_actions::table_class::{KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY};
+    use lance_actions_commit::presence::{key_columns, key_rows, rows_with_keys};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri).await.expect("sample");
+    assert_eq!(key_columns(&ds), None, "an undeclared table has no key to probe");
+    let mut ds = (*ds).clone();
+    ds.update_config(vec![(TABLE_CLASS_KEY, KEYED), (KEY_NAMES_KEY, "id")]).await.expect("declare keyed");
+    let key = key_columns(&ds).expect("keyed on id");
+    assert_eq!(key, vec!["id".to_string()]);
+    let ds = lance::dataset::DeleteBuilder::new(Arc::new(ds), "id = 3").execute().await.expect("delete").new_dataset;
+    let wanted: HashSet<u64> = [3i64, 12].iter().map(|k| hash_key_bytes(&k.to_le_bytes())).collect();
+    let hits = rows_with_keys(&ds, &key, &wanted).await.expect("probe");
+    assert_eq!(hits.iter().map(|h| h.key.as_str()).collect::<Vec<_>>(), vec!["12"], "3 was deleted");
+    let first = &ds.manifest().fragments[0];
+    let all = key_rows(&ds, &key, Some(&[first.id])).await.expect("fragment rows");
+    assert!(all.iter().all(|r| r.fragment == first.id) && !all.iter().any(|r| r.key == "3"));
+    let twelve = key_rows(&ds, &key, None).await.expect("all rows").into_iter().find(|r| r.key == "12").expect("12");
+    assert_eq!((twelve.fragment, twelve.offset), (hits[0].fragment, hits[0].offset));
+    assert!(twelve.same_values(&hits[0]));
+    assert!(!twelve.same_values(&all[0]), "another row differs");
+}

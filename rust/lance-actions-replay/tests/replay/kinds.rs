@@ -114,6 +114,46 @@ async fn every_replayable_kind_merges_and_main_reads_like_the_branch() {
     let replay_of_upsert = landed.iter().find(|l| l.source_version == upsert_version).expect("replayed");
     let txn = main.read_transaction_by_version(replay_of_upsert.target_version).await.expect("read").expect("txn");
     assert!(matches!(txn.operation, Operation::Update { inserted_rows_filter: Some(_), .. }), "{}", txn.operation);
+
+    // Both directions (issue 9, item 7): main merged back into the branch replays none of the
+    // branch's own commits (their replays on main are known to the branch by their origins), and
+    // a commit of main's own of every kind above then goes the other way and reads alike.
+    let feature_before = image(&feature).await;
+    let back = b.merge("main", "feature", &ReplayOptions::default()).await.expect("main into feature");
+    let back_landed = match &back {
+        Outcome::AlreadyUpToDate { .. } => Vec::new(),
+        Outcome::FastForward { landed, .. } | Outcome::Merged { landed, .. } => landed.clone(),
+        other => panic!("{other:?}"),
+    };
+    for l in landed.iter() {
+        assert!(
+            back_landed.iter().all(|b| b.source_version != l.target_version),
+            "main's replay v{} of the branch's v{} went back: {back:?}",
+            l.target_version,
+            l.source_version
+        );
+    }
+    assert_eq!(image(&open(&b, "feature").await).await, feature_before, "the branch is unchanged");
+    let mut on_main = open(&b, "main").await;
+    let updated = UpdateBuilder::new(Arc::new(on_main.clone()))
+        .update_where("id = 41")
+        .expect("where")
+        .set("name", "'main'")
+        .expect("set")
+        .build()
+        .expect("job")
+        .execute()
+        .await
+        .expect("update on main");
+    on_main = (*updated.new_dataset).clone();
+    on_main.update_config(vec![("reviewed", "yes")]).await.expect("config on main");
+    let back = b.merge("main", "feature", &ReplayOptions::default()).await.expect("main into feature again");
+    assert!(matches!(back, Outcome::FastForward { .. } | Outcome::Merged { .. }), "{back:?}");
+    let (main, feature) = (open(&b, "main").await, open(&b, "feature").await);
+    assert_eq!(image(&feature).await, image(&main).await, "the branch reads like main again");
+    assert_eq!(feature.manifest().config.get("reviewed").map(String::as_str), Some("yes"));
+    let again = b.merge("feature", "main", &ReplayOptions::default()).await.expect("and back to main");
+    assert!(matches!(again, Outcome::AlreadyUpToDate { .. }), "{again:?}");
 }
 
 /// Keyed tables: a key inserted on both branches is a conflict of the merge (the exact key sets
@@ -132,14 +172,22 @@ async fn a_key_inserted_on_both_branches_conflicts_and_disjoint_keys_merge() {
     main.insert(vec![rows(&[60])]).await.expect("main inserts");
     let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
     assert!(matches!(out, Outcome::Merged { .. }), "disjoint keys merge: {out:?}");
-    feature.insert(vec![rows(&[70])]).await.expect("feature inserts 70");
-    main.insert(vec![rows(&[70])]).await.expect("main inserts 70 too");
+    // The same row inserted on both sides converges (issue 9, item 11): skipped, nothing written.
+    let fv = feature.insert(vec![rows(&[65])]).await.expect("feature inserts 65").version;
+    let mv = main.insert(vec![rows(&[65])]).await.expect("main inserts the same 65").version;
+    let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    assert!(matches!(out, Outcome::Merged { ref landed, ref skipped } if landed.is_empty() && skipped.contains(&fv)));
+    assert_eq!(open(&b, "main").await.manifest().version, mv, "a convergent insert writes nothing");
+    // The same key with other values is a divergent insert: a conflict.
+    feature.insert(vec![keyed_rows(&[70], "f")]).await.expect("feature inserts 70");
+    main.insert(vec![keyed_rows(&[70], "m")]).await.expect("main inserts 70 too");
     let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
     let Outcome::Conflicted { conflicts, .. } = out else { panic!("a key on both sides must conflict: {out:?}") };
     assert_eq!(conflicts[0].reason.rule, lance_actions::Rule::KeysIntersect);
+    assert!(conflicts.iter().any(|c| c.reason.rule == lance_actions::Rule::KeysPresent && c.keys == ["70"]));
     let merged = ids(&b, "main").await;
     let mut unique = merged.clone();
     unique.dedup();
     assert_eq!(merged, unique, "no duplicate key");
-    assert!(merged.contains(&50) && merged.contains(&60) && merged.contains(&70));
+    assert!(merged.contains(&50) && merged.contains(&60) && merged.contains(&65) && merged.contains(&70));
 }

@@ -1,5 +1,7 @@
 //! Branch replay on real Lance datasets. One test binary; modules inside.
 
+mod edges;
+mod keys;
 mod kinds;
 mod migrated;
 mod names;

@@ -90,25 +90,67 @@ async fn a_replayed_commit_records_provenance_and_a_second_replay_is_a_no_op() {
     assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(50, 55)).collect::<Vec<_>>());
 }
 
+/// Convergent deletes are no-ops (issue 9, item 11; OmniGraph's merge truth table): the same row
+/// deleted on both sides merges cleanly, the row is gone once, nothing else changes.
 #[tokio::test]
-async fn the_same_row_deleted_on_both_sides_is_a_conflict_returned_as_data_with_nothing_written() {
+async fn the_same_row_deleted_on_both_sides_merges_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = temp_uri(&dir);
     let b = create(&uri, &range(0, 20)).await;
     b.create("feature", "main", None).await.expect("branch");
     append(&b, "feature", &range(100, 105)).await;
-    let fv = delete(&b, "feature", "id = 7").await;
-    let mv = delete(&b, "main", "id = 7").await;
+    let fv = delete(&b, "feature", "id = 7 OR id = 8").await;
+    delete(&b, "main", "id = 7").await;
+    let dry = b.merge("feature", "main", &ReplayOptions { dry_run: true, ..opts() }).await.expect("dry run");
+    assert!(matches!(dry, Outcome::Merged { ref landed, .. } if landed.len() == 2), "{dry:?}");
+    let out = b.merge("feature", "main", &opts()).await.expect("merge");
+    let Outcome::Merged { landed, .. } = &out else { panic!("convergent deletes merge: {out:?}") };
+    assert!(landed.iter().any(|l| l.source_version == fv), "{out:?}");
+    let expected: Vec<i64> = range(0, 20).into_iter().chain(range(100, 105)).filter(|i| *i != 7 && *i != 8).collect();
+    assert_eq!(ids(&b, "main").await, expected, "7 deleted once, 8 deleted by the branch");
+    assert_eq!(ids(&b, "main").await, ids(&b, "feature").await);
+}
+
+/// A row deleted on one side and updated (moved out and rewritten) on the other is a real
+/// divergence: a conflict returned as data with nothing written. Every conflicting commit of the
+/// merge is reported (item 6), each with its source version and the target version it meets.
+#[tokio::test]
+async fn delete_versus_update_conflicts_and_every_conflict_is_reported() {
+    use lance::dataset::UpdateBuilder;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 20)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let f1 = delete(&b, "feature", "id = 4").await;
+    let f2 = delete(&b, "feature", "id = 6").await;
+    let mut main_versions = Vec::new();
+    for id in [4, 6] {
+        let ds = open(&b, "main").await;
+        let updated = UpdateBuilder::new(std::sync::Arc::new(ds))
+            .update_where(&format!("id = {id}"))
+            .expect("where")
+            .set("name", "'updated'")
+            .expect("set")
+            .build()
+            .expect("job")
+            .execute()
+            .await
+            .expect("update");
+        main_versions.push(updated.new_dataset.manifest().version);
+    }
+    let before = open(&b, "main").await.manifest().version;
     for dry_run in [true, false] {
         let out = b.merge("feature", "main", &ReplayOptions { dry_run, ..opts() }).await.expect("merge");
         let Outcome::Conflicted { conflicts, landed } = out else { panic!("expected a conflict, got {out:?}") };
         assert!(landed.is_empty());
-        let c = &conflicts[0];
-        assert_eq!(c.source_version, fv);
-        assert_eq!(c.reason.peer_version, Some(mv));
-        assert!(format!("{}", c.reason).contains("UpdateDeletionVector"), "{}", c.reason);
-        assert_eq!(open(&b, "main").await.manifest().version, mv, "nothing written (dry run {dry_run})");
+        let pairs: Vec<(u64, Option<u64>)> =
+            conflicts.iter().map(|c| (c.source_version, c.reason.peer_version)).collect();
+        assert_eq!(pairs, vec![(f1, Some(main_versions[0])), (f2, Some(main_versions[1]))], "{conflicts:?}");
+        assert!(conflicts.iter().all(|c| c.reason.rule == lance_actions::Rule::RowsOverlap), "{conflicts:?}");
+        assert_eq!(open(&b, "main").await.manifest().version, before, "nothing written (dry run {dry_run})");
     }
+    let main = ids(&b, "main").await;
+    assert_eq!(main, range(0, 20), "main keeps its updated rows, each once");
 }
 
 #[tokio::test]

@@ -36,7 +36,7 @@ impl Action for ReserveFragmentIds {
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
-        state.max_fragment_id += u64::from(self.count);
+        state.reserve_fragment_ids(u64::from(self.count));
     }
 }
 

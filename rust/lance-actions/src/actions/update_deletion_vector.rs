@@ -69,16 +69,29 @@ impl UpdateDeletionVector {
             return peer.retry(K, Rule::RowsUnknown, "deleted rows of one side are unknown");
         };
         let shared = &ours & &committed;
-        if !shared.is_empty() {
+        if !shared.is_empty() && !Self::deletions_converge(cx, peer) {
             return peer.retry(
                 K,
                 Rule::RowsOverlap,
                 format!("{} row(s) changed by both, first offset {}", shared.len(), shared.min().unwrap_or(0)),
             );
         }
-        self.affected_rows = Some(ours);
+        // Convergent rows are already deleted at the head: only the rest is ours to delete.
+        self.affected_rows = Some(ours - shared);
         self.merge_with_head = true;
         Verdict::Ok
+    }
+
+    /// The same rows deleted on both sides converge (OmniGraph's merge truth table: both-deleted is a
+    /// no-op) when both are pure deletes and ours is a replay: it re-applies a decision made on
+    /// another branch, so nothing depends on it deleting the rows itself. A live writer keeps the
+    /// Retry: it re-reads and reports what it really deleted. A row deleted on one side and moved
+    /// out by an update on the other is a real divergence (delete vs update) and stays a conflict.
+    fn deletions_converge(cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> bool {
+        use crate::context::OperationKind;
+        !cx.ours.replay_origins.is_empty()
+            && cx.ours.shell == OperationKind::Delete
+            && peer.context.shell == OperationKind::Delete
     }
 
     fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
@@ -154,5 +167,57 @@ impl UpdateDeletionVector {
     pub(crate) fn decode(p: proto::UpdateDeletionVector) -> Result<Self> {
         let affected_rows = p.affected_rows.map(|b| codec::bitmap_from(&b, "affected rows")).transpose()?;
         Ok(Self::new(codec::fragment_from(&p.fragment)?, affected_rows))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::OperationKind;
+    use crate::driver::{Inputs, Peer, resolve};
+    use crate::txn::ActionTxn;
+    use crate::{NoFacts, TableState};
+
+    fn deletes(shell: OperationKind, rows: &[u32], replay: bool) -> ActionTxn {
+        let udv = UpdateDeletionVector::new(Fragment::new(1), Some(rows.iter().copied().collect()));
+        let mut txn = ActionTxn::new(shell, vec![udv.into()]);
+        if replay {
+            txn.context.replay_origins = vec!["an-original-commit".into()];
+        }
+        txn
+    }
+
+    /// The verdict label and, when Ok, the rows left for ours to delete.
+    fn judge(ours: &ActionTxn, theirs: &ActionTxn) -> (&'static str, Option<RoaringBitmap>) {
+        let mut base =
+            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        base.fragments.insert(1, Fragment::new(1));
+        let peers = [Peer::new(2, theirs.clone())];
+        let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts });
+        let rows = match &r.txn.actions[0] {
+            AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
+            _ => None,
+        };
+        (r.verdict.label(), rows)
+    }
+
+    #[test]
+    fn a_replayed_delete_of_rows_a_committed_delete_removed_converges() {
+        let (verdict, rows) =
+            judge(&deletes(OperationKind::Delete, &[4, 6], true), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(verdict, "ok");
+        assert_eq!(rows, Some([6].into_iter().collect()), "only the rows not yet deleted are ours");
+    }
+
+    #[test]
+    fn a_live_delete_and_delete_versus_update_still_conflict() {
+        let live = judge(&deletes(OperationKind::Delete, &[4], false), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(live.0, "retry", "a live writer re-reads and reports what it really deleted");
+        let vs_update =
+            judge(&deletes(OperationKind::Delete, &[4], true), &deletes(OperationKind::Update, &[4], false));
+        assert_eq!(vs_update.0, "retry", "delete vs update is a divergence");
+        let update_vs =
+            judge(&deletes(OperationKind::Update, &[4], true), &deletes(OperationKind::Delete, &[4], false));
+        assert_eq!(update_vs.0, "retry", "update vs delete is a divergence");
     }
 }
