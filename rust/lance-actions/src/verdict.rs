@@ -39,6 +39,8 @@ pub enum Rule {
     LanceCompatible,
     /// Both transactions replay the same original commit: the first one to land has it.
     AlreadyReplayed,
+    /// The branch was retired (rebased, squashed or deleted) or moved under its retirement.
+    BranchRetired,
 }
 
 /// Why a transaction cannot commit as is: names our action, the committed peer's version and action,
