@@ -79,3 +79,56 @@ fn refusal(rule: Rule, peer_version: Option<u64>, detail: String, make: fn(Reaso
         detail,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoFacts;
+    use crate::actions::update_config::UpdateConfig;
+    use crate::context::OperationKind;
+    use crate::driver::{Inputs, Peer, resolve};
+    use lance_table::transaction::{UpdateMap, UpdateMapEntry};
+
+    fn config(key: &str, value: Option<&str>) -> ActionTxn {
+        let entry = UpdateMapEntry { key: key.into(), value: value.map(String::from) };
+        let update =
+            UpdateConfig { map: ConfigMap::Config, update: UpdateMap { update_entries: vec![entry], replace: false } };
+        ActionTxn::new(OperationKind::UpdateConfig, vec![update.into()])
+    }
+
+    fn state(retired: Option<&str>) -> TableState {
+        let mut s = TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        if let Some(r) = retired {
+            s.config.insert(RETIRED_KEY.into(), r.into());
+        }
+        s
+    }
+
+    #[test]
+    fn a_retirement_takes_no_peer_and_a_retired_head_takes_no_write() {
+        let base = state(None);
+        let retire = config(RETIRED_KEY, Some("feature.0000abcd"));
+        let unrelated = Peer::new(2, config("other", Some("x")));
+        // Alone: it commits. After any peer (even one touching another key): Retry, never rebased.
+        let alone = resolve(&retire, &Inputs { base: &base, head: None, peers: &[], facts: &NoFacts });
+        assert!(alone.verdict.is_ok(), "{:?}", alone.verdict);
+        let moved = resolve(&retire, &Inputs { base: &base, head: None, peers: &[unrelated], facts: &NoFacts });
+        assert!(matches!(&moved.verdict, Verdict::Retry(r) if r.rule == Rule::BranchRetired), "{:?}", moved.verdict);
+        // On a retired head: a write fails naming the successor; lifting the retirement is allowed.
+        let head = state(Some("feature.0000abcd"));
+        let write = config("other", Some("y"));
+        let refused = resolve(&write, &Inputs { base: &base, head: Some(&head), peers: &[], facts: &NoFacts });
+        match &refused.verdict {
+            Verdict::Fail(r) => {
+                assert!(r.rule == Rule::BranchRetired && r.detail.contains("feature.0000abcd"), "{r:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let lift = config(RETIRED_KEY, None);
+        assert!(
+            resolve(&lift, &Inputs { base: &head, head: Some(&head), peers: &[], facts: &NoFacts }).verdict.is_ok()
+        );
+        let again = resolve(&retire, &Inputs { base: &head, head: Some(&head), peers: &[], facts: &NoFacts });
+        assert!(matches!(again.verdict, Verdict::Fail(_)), "a second retirement loses");
+    }
+}
