@@ -151,8 +151,8 @@ async fn stage_append_on(uri: &str, physical: &str, ids: &[i64]) -> (Arc<Dataset
     (ds, txn)
 }
 
-fn main_version(uri: &str) -> impl std::future::Future<Output = u64> + '_ {
-    async move { Dataset::open(uri).await.expect("open").manifest().version }
+async fn main_version(uri: &str) -> u64 {
+    Dataset::open(uri).await.expect("open").manifest().version
 }
 
 #[tokio::test]
