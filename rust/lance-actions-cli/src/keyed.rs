@@ -60,9 +60,12 @@ pub struct WriteArgs {
     /// JSON lines, or Arrow IPC (`.arrow`/`.ipc`, or any file starting with `ARROW1`).
     #[arg(long)]
     input: PathBuf,
-    /// Write to this Lance branch instead of main.
+    /// Write to this branch (its `branch create` name) instead of main.
     #[arg(long)]
     branch: Option<String>,
+    /// `--branch` names a physical Lance branch (as `branch list` shows it), not a logical one.
+    #[arg(long, requires = "branch")]
+    physical: bool,
     #[arg(long)]
     json: bool,
 }
@@ -115,7 +118,7 @@ async fn create(uri: &str, key: &[String], input: &Path, as_json: bool) -> Resul
 }
 
 async fn write(kind: WriteKind, args: WriteArgs) -> Result<(), Failure> {
-    let mut table = open_table(&args.uri, args.branch.as_deref()).await?;
+    let mut table = open_table(&args.uri, args.branch.as_deref(), args.physical).await?;
     let key = table.key().names.clone();
     let batches = read_rows(kind, &table, &args.input)?;
     let result = match kind {
@@ -129,10 +132,11 @@ async fn write(kind: WriteKind, args: WriteArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn open_table(uri: &str, branch: Option<&str>) -> Result<KeyedTable, Failure> {
+async fn open_table(uri: &str, branch: Option<&str>, physical: bool) -> Result<KeyedTable, Failure> {
     require_path(uri)?;
     let table = match branch {
         None => KeyedTable::open(uri).await,
+        Some(b) if physical => KeyedTable::open_physical_branch(uri, b).await,
         Some(b) => KeyedTable::open_branch(uri, b).await,
     };
     table.map_err(|e| Failure::Message(first_line(&e.to_string()).to_string()))

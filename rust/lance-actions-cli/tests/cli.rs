@@ -807,3 +807,123 @@ async fn keyed_writes_refuse_a_value_that_does_not_fit_its_column_and_name_the_r
     assert_eq!(ds.manifest().version, 1, "nothing was written");
     assert_eq!(count_rows(&uri).await, 2);
 }
+
+// ---- issue 9: logical names everywhere, relative URIs ----
+
+fn run_in(cwd: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = bin().current_dir(cwd).args(args).output().expect("run lance-actions");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// The issue's scenario with the names `branch create` gave: keyed writes address the branch by its
+/// logical name; its physical name is refused unless asked for with `--physical`; an unknown name
+/// is named with the known ones; a retired physical branch is refused, naming its successor.
+#[tokio::test]
+async fn keyed_writes_and_replays_take_logical_branch_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rows: Vec<String> = (1..=100).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#)).collect();
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "rows.jsonl", &rows);
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let (code, _, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &input]);
+    assert_eq!(code, Some(0), "{err}");
+    let physical = cli_branch(&uri, "feature");
+
+    let x = jsonl(dir.path(), "x.jsonl", &[r#"{"id": 101, "name": "x"}"#]);
+    let (code, out, err) = run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &x]);
+    assert_eq!(code, Some(0), "the logical name works: {err}");
+    assert!(out.contains("(feature): inserted 1"), "{out}");
+    let del = jsonl(dir.path(), "del80.jsonl", &[r#"{"id": 80}"#]);
+    let (code, _, err) = run_code(&["keyed", "delete", &uri, "--branch", "feature", "--input", &del]);
+    assert_eq!(code, Some(0), "{err}");
+    let again = jsonl(dir.path(), "ins80.jsonl", &[r#"{"id": 80, "name": "again"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &again]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(count_where(&uri, &physical, "id = 80").await, 1);
+    assert_eq!(count_where(&uri, &physical, "true").await, 101);
+
+    // The physical name is not a branch name, unless asked for.
+    let y = jsonl(dir.path(), "y.jsonl", &[r#"{"id": 102, "name": "y"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", &physical, "--input", &y]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("'{physical}'")) && err.contains("'feature'"), "{err}");
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", &physical, "--physical", "--input", &y]);
+    assert_eq!(code, Some(0), "{err}");
+    // An unknown branch: named, with the known ones, and no Lance path.
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", "featur", "--input", &y]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("'featur'") && err.contains("known branches: main, feature"), "{err}");
+    assert!(!err.contains("_versions") && !err.contains("tree/"), "{err}");
+    for args in [
+        vec!["merge", &uri, "--from", "featur", "--into", "main"],
+        vec!["branch", "create", &uri, "other", "--from", "featur"],
+        vec!["rebase", &uri, "--branch", &physical, "--onto", "main"],
+    ] {
+        let (code, _, err) = run_code(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("featur") && !err.contains("_versions"), "{args:?}: {err}");
+    }
+
+    // After a rebase the old physical branch is retired: a write to it names the new one.
+    let v = replay_json(&["rebase", &uri, "--branch", "feature", "--onto", "main"], 0);
+    let rebased = v["new_physical"].as_str().expect("new physical").to_string();
+    let z = jsonl(dir.path(), "z.jsonl", &[r#"{"id": 103, "name": "z"}"#]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", &physical, "--physical", "--input", &z]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("retired") && err.contains(&rebased), "{err}");
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &z]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(count_where(&uri, &rebased, "id > 100").await, 3, "101, 102 and 103 on the rebased branch");
+}
+
+/// A merge run with a relative URI from the table's parent directory records absolute locations:
+/// main then reads from any other directory, by us and by pylance.
+#[tokio::test]
+async fn replays_with_a_relative_uri_write_absolute_locations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    let input = jsonl(&work, "rows.jsonl", &[r#"{"id": 1, "name": "a"}"#, r#"{"id": 2, "name": "b"}"#]);
+    let x = jsonl(&work, "x.jsonl", &[r#"{"id": 3, "name": "c"}"#]);
+    let y = jsonl(&work, "y.jsonl", &[r#"{"id": 4, "name": "d"}"#]);
+    for args in [
+        vec!["keyed", "create", "t", "--key", "id", "--input", &input],
+        vec!["branch", "create", "t", "feature"],
+        vec!["keyed", "insert", "t", "--branch", "feature", "--input", &x],
+        vec!["merge", "t", "--from", "feature", "--into", "main"],
+        vec!["branch", "create", "t", "second"],
+        vec!["keyed", "insert", "t", "--branch", "second", "--input", &y],
+    ] {
+        let (code, out, err) = run_in(&work, &args);
+        assert_eq!(code, Some(0), "{args:?}: {out} {err}");
+    }
+    let table = work.join("t");
+    let uri = table.to_str().expect("utf-8");
+    let second = physical_of(uri, "second").expect("second");
+    let picked = open_branch(uri, &second).await.manifest().version.to_string();
+    for args in [
+        vec!["cherry-pick", "t", "--from", "second", "--version", &picked, "--onto", "main"],
+        vec!["rebase", "t", "--branch", "feature", "--onto", "main"],
+    ] {
+        let (code, out, err) = run_in(&work, &args);
+        assert_eq!(code, Some(0), "{args:?}: {out} {err}");
+    }
+    // Every location written into a manifest is absolute.
+    let root = lance::Dataset::open(uri).await.expect("open");
+    for chain in ["main".to_string(), physical_of(uri, "feature").expect("feature")] {
+        let ds = if chain == "main" { root.clone() } else { root.checkout_branch(&chain).await.expect("checkout") };
+        for base in ds.manifest().base_paths.values() {
+            assert!(Path::new(&base.path).is_absolute() || base.path.contains("://"), "{chain}: {base:?}");
+        }
+    }
+    // This process runs elsewhere (the crate directory): main reads in full.
+    assert_ne!(std::env::current_dir().expect("cwd"), work);
+    assert_eq!(count_rows(uri).await, 4);
+    let scanned = root.count_rows(Some("id >= 3".into())).await.expect("scan main");
+    assert_eq!(scanned, 2);
+    let python = pylance();
+    let code = format!("import lance; print(lance.dataset({uri:?}).to_table().num_rows)");
+    let out = Command::new(&python).current_dir("/").args(["-c", &code]).output().expect("pylance");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "4");
+}

@@ -4,12 +4,14 @@
 //! as actions (decoding our own encoded lists fail-closed, lifting everything else), performs the IO
 //! a rebase needs (deletion vectors), and runs Lance's own resolver side by side as an oracle.
 
+pub mod branch_names;
 pub mod commit;
 pub mod crash;
 pub mod error;
 pub mod expect_version;
 pub mod facts;
 pub mod history;
+pub mod hooks;
 pub mod judge;
 pub mod oracle;
 pub mod presence;

@@ -131,6 +131,9 @@ pub enum Error {
     Lance { what: String, source: lance::Error },
 
     #[snafu(display("{source}"))]
+    Branch { source: lance_actions_commit::branch_names::BranchError },
+
+    #[snafu(display("{source}"))]
     Layer { source: lance_actions_commit::Error },
 
     #[snafu(display("{source}"))]

@@ -11,6 +11,7 @@ use lance::Dataset;
 use lance_actions::table_class::{
     self, FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, KEYLESS_APPEND_ONLY, TABLE_CLASS_KEY, TableClass,
 };
+use lance_actions_commit::branch_names;
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
 use crate::chunk::ChunkLimits;
@@ -231,10 +232,25 @@ impl KeyedTable {
         Self::from_dataset(Arc::new(dataset)).await
     }
 
-    /// Open the latest version of a Lance branch for keyed writes.
+    /// Open the latest version of a branch, by its logical name (`branch create`'s names; a plain
+    /// Lance branch nobody maps is its own name), for keyed writes.
     pub async fn open_branch(uri: &str, branch: &str) -> Result<Self> {
         let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
-        let dataset = main.checkout_branch(branch).await.lance(format!("opening branch '{branch}' of {uri}"))?;
+        let physical = branch_names::resolve(&main, branch).await.map_err(|source| Error::Branch { source })?;
+        Self::open_chain(&main, physical.as_deref().unwrap_or("main")).await
+    }
+
+    /// Open a physical Lance branch by its physical name, for keyed writes: refused when a rebase,
+    /// squash or delete retired it (the error names its successor).
+    pub async fn open_physical_branch(uri: &str, physical: &str) -> Result<Self> {
+        let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        let physical =
+            branch_names::resolve_physical(&main, physical).await.map_err(|source| Error::Branch { source })?;
+        Self::open_chain(&main, physical.as_deref().unwrap_or("main")).await
+    }
+
+    async fn open_chain(main: &Dataset, physical: &str) -> Result<Self> {
+        let dataset = main.checkout_branch(physical).await.lance(format!("opening branch '{physical}'"))?;
         Self::from_dataset(Arc::new(dataset)).await
     }
 

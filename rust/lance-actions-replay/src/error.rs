@@ -1,13 +1,23 @@
 //! Typed errors of branch replay. Conflicts are not errors: they come back as data in an outcome.
 
 use lance_actions_commit::CommitError;
+use lance_actions_commit::branch_names::BranchError;
 use snafu::Snafu;
 
 #[derive(Debug, Snafu)]
 #[snafu(visibility(pub(crate)))]
 pub enum Error {
-    #[snafu(display("no branch named '{name}' (neither mapped nor a Lance branch)"))]
-    NoSuchBranch { name: String },
+    #[snafu(display("no branch named '{name}'; known branches: {}", known.join(", ")))]
+    NoSuchBranch { name: String, known: Vec<String> },
+
+    #[snafu(display("'{name}' is the physical branch behind '{logical}'; use the branch name '{logical}'"))]
+    PhysicalName { name: String, logical: String },
+
+    #[snafu(display("physical branch '{branch}' was retired: the branch now lives in '{successor}'"))]
+    Retired { branch: String, successor: String },
+
+    #[snafu(display("physical branch '{branch}' was deleted while this operation ran; nothing of it was replayed"))]
+    BranchDeleted { branch: String },
 
     #[snafu(display("a branch named '{name}' already exists"))]
     BranchExists { name: String },
@@ -49,8 +59,24 @@ pub enum Error {
     #[snafu(display("{source}"))]
     Layer { source: lance_actions_commit::Error },
 
+    #[snafu(display("{message}"))]
+    Names { message: String },
+
     #[snafu(display("{source}"))]
     Model { source: lance_actions::Error },
+}
+
+impl From<BranchError> for Error {
+    fn from(e: BranchError) -> Self {
+        match e {
+            BranchError::NoSuchBranch { name, known } => Error::NoSuchBranch { name, known },
+            BranchError::PhysicalName { name, logical } => Error::PhysicalName { name, logical },
+            BranchError::Retired { branch, successor } => Error::Retired { branch, successor },
+            BranchError::Deleted { branch } => Error::BranchDeleted { branch },
+            BranchError::Lance { what, source } => Error::Lance { what, source },
+            other @ BranchError::Catalog { .. } => Error::Names { message: other.to_string() },
+        }
+    }
 }
 
 impl From<lance_actions_commit::Error> for Error {

@@ -1,9 +1,12 @@
 //! Logical branch names decoupled from directories (Lance #7185).
 //!
 //! A logical name maps to a physical Lance branch whose directory carries a unique suffix
-//! (`feature.3f9a0c1d` under `tree/`). The mapping lives in main's config
-//! (`lance-actions.branch.<name>`) and changes only through the commit driver: two writers changing
-//! the same name both write that config key, so the second is refused (a compare-and-swap).
+//! (`feature.3f9a0c1d` under `tree/`). The mapping lives in the name catalog
+//! (`lance_actions_commit::branch_names`): put-if-absent snapshots under the table root, never a
+//! version of main, so branch bookkeeping is no part of the table's history and is never replayed.
+//! A rewrite (rebase, squash) or a delete first retires the old physical branch with a commit on
+//! that branch at exactly the head it read (`lance_actions::retired`): that commit is the
+//! compare-and-swap, and the name follows it even before the catalog is updated.
 //! A Lance branch created by plain Lance or pylance has no mapping: its own name is its physical
 //! name, and the mapping adopts it the first time this project writes through the name.
 
@@ -13,19 +16,21 @@ use std::sync::Arc;
 use lance::Dataset;
 use lance_actions::actions::update_config::UpdateConfig;
 use lance_actions::path::ConfigMap;
-use lance_actions::{ActionTxn, OperationKind};
-use lance_actions_commit::{CommitError, DatasetActionsExt};
+use lance_actions::retired::RETIRED_KEY;
+use lance_actions::{ActionTxn, OperationKind, Rule};
+use lance_actions_commit::branch_names::{self, NameCatalog, TOMBSTONE};
+use lance_actions_commit::{CommitError, DatasetActionsExt, hooks};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 use rand::Rng;
 
 use crate::error::{Error, LanceContext, Result};
 use crate::graft::normalise;
-use crate::lineage::{Chain, chain_name, open_chain};
+use crate::lineage::{Chain, chain_name, open_chain, open_version};
 
-/// Config key prefix of the name mapping, on main.
-pub const NAME_PREFIX: &str = "lance-actions.branch.";
-/// The mapped value of a deleted name (so a Lance branch of the same name does not come back).
-const TOMBSTONE: &str = "";
+/// Config key prefix of the name mapping in datasets written before the catalog (read only).
+pub const NAME_PREFIX: &str = branch_names::LEGACY_NAME_PREFIX;
+/// Compare-and-swap rounds on the catalog when other names keep changing meanwhile.
+const CATALOG_ROUNDS: usize = 32;
 
 /// The branches of one dataset, by logical name.
 #[derive(Clone)]
@@ -33,9 +38,22 @@ pub struct Branches {
     uri: String,
 }
 
+/// How a retirement commit ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Retirement {
+    Done,
+    /// A write landed on the branch after the version the caller read: re-plan.
+    Moved,
+    /// Another rewrite or delete retired the branch first.
+    Raced,
+}
+
 impl Branches {
+    /// The branches of the dataset at `uri`. A local path is made absolute here, so that every
+    /// location this project writes into a manifest (grafted bases, branch roots) is absolute and
+    /// the table reads the same from any working directory.
     pub fn new(uri: &str) -> Self {
-        Self { uri: uri.to_string() }
+        Self { uri: absolute_uri(uri) }
     }
 
     pub fn uri(&self) -> &str {
@@ -47,14 +65,6 @@ impl Branches {
         Dataset::open(&self.uri).await.lance(format!("opening {}", self.uri))
     }
 
-    fn mapping_of(root: &Dataset) -> BTreeMap<String, String> {
-        root.manifest()
-            .config
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(NAME_PREFIX).map(|n| (n.to_string(), v.clone())))
-            .collect()
-    }
-
     /// The physical branch a logical name designates (`None` is main).
     pub async fn resolve(&self, logical: &str) -> Result<Chain> {
         let root = self.root().await?;
@@ -62,38 +72,21 @@ impl Branches {
     }
 
     pub(crate) async fn resolve_in(root: &Dataset, logical: &str) -> Result<Chain> {
-        if logical == "main" {
-            return Ok(None);
-        }
-        match Self::mapping_of(root).get(logical).map(String::as_str) {
-            // A deleted name: a Lance branch of the same name is an earlier incarnation, not it.
-            Some(TOMBSTONE) => return Err(Error::NoSuchBranch { name: logical.to_string() }),
-            Some(physical) => return Ok(Some(physical.to_string())),
-            None => {}
-        }
-        let lance_branches = root.list_branches().await.lance("listing branches")?;
-        if lance_branches.contains_key(logical) {
-            return Ok(Some(logical.to_string()));
-        }
-        Err(Error::NoSuchBranch { name: logical.to_string() })
+        Ok(branch_names::resolve(root, logical).await?)
     }
 
     /// Every logical name with its physical branch: mapped names, then Lance branches nobody maps
     /// to (adopted under their own name).
     pub async fn list(&self) -> Result<Vec<(String, String)>> {
         let root = self.root().await?;
-        let mapping = Self::mapping_of(&root);
-        let mut out: BTreeMap<String, String> = mapping.clone();
-        out.retain(|_, physical| physical != TOMBSTONE);
-        let mapped: Vec<&String> = mapping.values().collect();
-        for name in root.list_branches().await.lance("listing branches")?.into_keys() {
-            // An earlier incarnation of a mapped name (kept because a rebased branch reads it).
-            let retired = mapping.keys().any(|logical| is_incarnation_of(&name, logical));
-            if !mapped.contains(&&name) && !mapping.contains_key(&name) && !retired {
-                out.insert(name.clone(), name);
-            }
-        }
-        Ok(out.into_iter().collect())
+        Ok(branch_names::list(&root).await?)
+    }
+
+    /// The catalog entry of `logical` (`None`: unmapped; `Some("")`: deleted).
+    pub(crate) async fn mapped(&self, logical: &str) -> Result<Option<String>> {
+        let root = self.root().await?;
+        let names = NameCatalog::of(&root).await?.read(&root).await?;
+        Ok(names.map.get(logical).cloned())
     }
 
     /// Create `logical` from `from` (at `version`, or its latest) under a fresh physical branch.
@@ -112,7 +105,7 @@ impl Branches {
         root.create_branch(&physical, (chain_name(&source), version), None)
             .await
             .lance(format!("creating branch '{logical}'"))?;
-        let current = Self::mapping_of(&root).get(logical).cloned();
+        let current = self.mapped(logical).await?;
         if let Err(e) = self.swap(logical, current.as_deref(), Some(&physical)).await {
             let _ = root.force_delete_branch(&physical).await;
             return Err(match e {
@@ -127,7 +120,7 @@ impl Branches {
     pub async fn adopt(&self, logical: &str) -> Result<Chain> {
         let root = self.root().await?;
         let chain = Self::resolve_in(&root, logical).await?;
-        if logical != "main" && !Self::mapping_of(&root).contains_key(logical) {
+        if logical != "main" && self.mapped(logical).await?.is_none() {
             match self.swap(logical, None, chain.as_deref()).await {
                 // Someone else adopted it first: the name now maps where we found it.
                 Ok(()) | Err(Error::NameRace { .. }) => {}
@@ -137,26 +130,78 @@ impl Branches {
         Ok(chain)
     }
 
-    /// Compare-and-swap the physical branch of `logical`: from `expected` (`None`: unmapped) to
-    /// `new` (`None`: remove the name).
+    /// Compare-and-swap the catalog entry of `logical`: from `expected` (`None`: unmapped) to
+    /// `new` (`None`: remove the entry). Changes to other names meanwhile are not a race.
     pub(crate) async fn swap(&self, logical: &str, expected: Option<&str>, new: Option<&str>) -> Result<()> {
-        let root = Arc::new(self.root().await?);
-        let current = Self::mapping_of(&root).get(logical).cloned();
-        if current.as_deref() != expected {
-            return Err(Error::NameRace { name: logical.to_string() });
-        }
-        let entry = UpdateMapEntry { key: format!("{NAME_PREFIX}{logical}"), value: new.map(String::from) };
-        let update =
-            UpdateConfig { map: ConfigMap::Config, update: UpdateMap { update_entries: vec![entry], replace: false } };
-        let txn = ActionTxn::new(OperationKind::UpdateConfig, vec![update.into()]);
-        match root.action_commit().execute_actions(root.manifest().version, txn).await {
-            Ok(_) => Ok(()),
-            // Another writer changed the same name since we read it.
-            Err(CommitError::Fail { .. } | CommitError::Retry { .. }) => {
-                Err(Error::NameRace { name: logical.to_string() })
+        let root = self.root().await?;
+        let catalog = NameCatalog::of(&root).await?;
+        for _ in 0..CATALOG_ROUNDS {
+            let names = catalog.read(&root).await?;
+            if names.map.get(logical).map(String::as_str) != expected {
+                return Err(Error::NameRace { name: logical.to_string() });
             }
+            let mut map: BTreeMap<String, String> = names.map.clone();
+            match new {
+                Some(physical) => map.insert(logical.to_string(), physical.to_string()),
+                None => map.remove(logical),
+            };
+            if catalog.put(&names, &map).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::Contention {
+            branch: logical.to_string(),
+            attempts: CATALOG_ROUNDS,
+            last: "the branch name catalog kept changing".into(),
+        })
+    }
+
+    /// Retire `physical` into `successor` ("" for a delete) with a commit on it at exactly
+    /// `read_head` + 1: the pure model refuses it if anything landed after `read_head`, and refuses
+    /// every later write to the branch.
+    pub(crate) async fn retire(
+        &self,
+        root: &Dataset,
+        physical: &str,
+        read_head: u64,
+        successor: &str,
+    ) -> Result<Retirement> {
+        let at = Arc::new(open_version(root, &Some(physical.to_string()), read_head).await?);
+        let txn = retirement_txn(Some(successor));
+        match at.action_commit().execute_actions(read_head, txn).await {
+            Ok(_) => Ok(Retirement::Done),
+            Err(CommitError::Retry { reason, .. }) if reason.rule == Rule::BranchRetired => Ok(Retirement::Moved),
+            Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::BranchRetired => Ok(Retirement::Raced),
             Err(source) => Err(Error::Commit { source }),
         }
+    }
+
+    /// Lift the retirement of `physical` (a delete that found a reader after retiring it).
+    async fn unretire(&self, root: &Dataset, physical: &str) -> Result<()> {
+        let head = Arc::new(open_chain(root, &Some(physical.to_string())).await?);
+        let version = head.manifest().version;
+        head.action_commit()
+            .execute_actions(version, retirement_txn(None))
+            .await
+            .map_err(|source| Error::Commit { source })?;
+        Ok(())
+    }
+
+    /// Retire `physical` for a delete at whatever its head is, re-reading it when writes land.
+    async fn retire_for_delete(&self, root: &Dataset, logical: &str, physical: &str) -> Result<()> {
+        for _ in 0..CATALOG_ROUNDS {
+            let head = open_chain(root, &Some(physical.to_string())).await?.manifest().version;
+            match self.retire(root, physical, head, TOMBSTONE).await? {
+                Retirement::Done => return Ok(()),
+                Retirement::Moved => continue,
+                Retirement::Raced => return Err(Error::NameRace { name: logical.to_string() }),
+            }
+        }
+        Err(Error::Contention {
+            branch: logical.to_string(),
+            attempts: CATALOG_ROUNDS,
+            last: "writers kept landing on the branch being deleted".into(),
+        })
     }
 
     /// The branches that still read files of `physical`: through a grafted or inherited base path,
@@ -185,21 +230,32 @@ impl Branches {
         Ok(out)
     }
 
-    /// Delete a logical branch. Refused while another branch reads its files. Otherwise the name
-    /// is retired first (so nothing new can reach the branch), then the pins on its versions are
-    /// released, the physical branch deleted, and last the pins it held on other branches.
+    /// Delete a logical branch. Refused while another branch reads its files or holds a pin on it.
+    /// The physical branch is retired first (so nothing new can reach it, and a replay that pinned
+    /// it before sees the retirement and stops), then readers and pins are checked (one found:
+    /// the retirement is lifted and the delete refused), then the name is retired in the catalog,
+    /// the physical branch deleted, and last the pins it held on other branches released.
     pub async fn delete(&self, logical: &str) -> Result<()> {
         let mut root = self.root().await?;
         let Some(physical) = Self::resolve_in(&root, logical).await? else {
             return Err(Error::Main { what: "deleted".into() });
         };
-        let dependants = self.dependants(&physical).await?;
+        // Refused without writing anything when a reader is already there.
+        let dependants = self.readers(&root, &physical).await?;
         if !dependants.is_empty() {
             return Err(Error::InUse { name: logical.to_string(), dependants });
         }
-        let current = Self::mapping_of(&root).get(logical).cloned();
+        self.retire_for_delete(&root, logical, &physical).await?;
+        // Checked again after the retirement: a replay that pinned the branch in between is seen
+        // here, or it sees the retirement and stops before its commit.
+        let dependants = self.readers(&root, &physical).await?;
+        if !dependants.is_empty() {
+            self.unretire(&root, &physical).await?;
+            return Err(Error::InUse { name: logical.to_string(), dependants });
+        }
+        hooks::point("delete:after-check", &self.uri).await;
+        let current = self.mapped(logical).await?;
         self.swap(logical, current.as_deref(), Some(TOMBSTONE)).await?;
-        unpin(&root, &physical, Pins::OnIt).await?;
         match root.delete_branch(&physical).await {
             Ok(()) => {}
             // Already gone (an earlier delete stopped after this step): nothing left to delete.
@@ -210,13 +266,73 @@ impl Branches {
     }
 }
 
+impl Branches {
+    /// Branches reading `physical`'s files, and targets holding a graft pin on it, sorted.
+    async fn readers(&self, root: &Dataset, physical: &str) -> Result<Vec<String>> {
+        let mut out = self.dependants(physical).await?;
+        for target in pinned_by(root, physical).await? {
+            if !out.contains(&target) {
+                out.push(target);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// The targets holding a graft pin on a version of `physical` (tag `graft-<target>-<source>-v<n>`).
+async fn pinned_by(root: &Dataset, physical: &str) -> Result<Vec<String>> {
+    let encoded = crate::replay::hex(physical);
+    let mut out = Vec::new();
+    for (name, _) in root.tags().list().await.lance("listing tags")? {
+        let Some(rest) = name.strip_prefix("graft-") else { continue };
+        let mut parts = rest.splitn(3, '-');
+        let (target, source) = (parts.next(), parts.next());
+        if source == Some(encoded.as_str())
+            && let Some(target) = target.and_then(unhex)
+            && !out.contains(&target)
+        {
+            out.push(target);
+        }
+    }
+    Ok(out)
+}
+
+fn unhex(encoded: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..encoded.len())
+        .step_by(2)
+        .map(|i| encoded.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect();
+    bytes.and_then(|b| String::from_utf8(b).ok())
+}
+
+/// The transaction that sets (`Some`) or lifts (`None`) a branch's retirement.
+fn retirement_txn(successor: Option<&str>) -> ActionTxn {
+    let entry = UpdateMapEntry { key: RETIRED_KEY.to_string(), value: successor.map(String::from) };
+    let update =
+        UpdateConfig { map: ConfigMap::Config, update: UpdateMap { update_entries: vec![entry], replace: false } };
+    ActionTxn::new(OperationKind::UpdateConfig, vec![update.into()])
+}
+
+/// A local path made absolute (and canonical when it exists); a URI with a scheme as it is.
+pub fn absolute_uri(uri: &str) -> String {
+    if uri.contains("://") {
+        return uri.to_string();
+    }
+    let path = std::path::Path::new(uri);
+    let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path));
+    match absolute.ok().and_then(|p| p.to_str().map(String::from)) {
+        Some(p) => p,
+        None => uri.to_string(),
+    }
+}
+
 /// Which graft pins of a branch to release.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pins {
-    /// Tags pinning the branch's own versions for the targets that read them.
-    OnIt,
     /// Tags pinning other branches' versions for this branch as the target.
     HeldByIt,
+    /// Those and the tags pinning the branch's own versions (a fresh branch being discarded).
     Both,
 }
 
@@ -231,7 +347,6 @@ pub(crate) async fn unpin(root: &Dataset, physical: &str, which: Pins) -> Result
         let on_it = source == Some(encoded.as_str());
         let held = target == Some(encoded.as_str());
         let release = match which {
-            Pins::OnIt => on_it,
             Pins::HeldByIt => held,
             Pins::Both => on_it || held,
         };
@@ -240,14 +355,6 @@ pub(crate) async fn unpin(root: &Dataset, physical: &str, which: Pins) -> Result
         }
     }
     Ok(())
-}
-
-/// Is `physical` a name [`physical_name`] made for `logical`?
-fn is_incarnation_of(physical: &str, logical: &str) -> bool {
-    physical
-        .strip_prefix(logical)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .is_some_and(|suffix| suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A fresh physical name for a logical one.

@@ -7,8 +7,9 @@ use lance::Dataset;
 use crate::compose::compose;
 use crate::error::{Error, LanceContext, Result};
 use crate::lineage::{Chain, Lineage, chain_name, open_chain};
-use crate::names::{Branches, Pins, physical_name, unpin};
+use crate::names::{Branches, Pins, Retirement, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
+use lance_actions_commit::hooks;
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
@@ -177,7 +178,7 @@ impl Branches {
     pub async fn rebase(&self, branch: &str, onto: &str, options: &ReplayOptions) -> Result<Outcome> {
         let old = self.resolve(branch).await?.ok_or_else(|| Error::Main { what: "rebased".into() })?;
         let onto_chain = self.resolve(onto).await?;
-        let mut root = self.root().await?;
+        let root = self.root().await?;
         if options.dry_run {
             let mut session = Session::open(&root, &Some(old.clone()), &onto_chain, None, "rebase").await?;
             return Ok(match run(&mut session, options).await? {
@@ -187,26 +188,14 @@ impl Branches {
                 Run::Conflicted(conflicts, landed) => Outcome::Conflicted { conflicts, landed },
             });
         }
-        let expected = self.mapped(branch).await?;
-        let tip = open_chain(&root, &onto_chain).await?.manifest().version;
-        let fresh = physical_name(branch);
-        root.create_branch(&fresh, (chain_name(&onto_chain), tip), None)
-            .await
-            .lance(format!("creating the rebased branch for '{branch}'"))?;
-        let built = self.replay_onto_fresh(&root, &Some(old.clone()), &fresh, None, options, "rebase").await;
-        self.finish_rewrite(&root, branch, expected.as_deref(), &fresh, built, |landed| Outcome::Rebased {
-            old_physical: old.clone(),
-            new_physical: fresh.clone(),
-            landed,
-        })
-        .await
+        self.rewrite(branch, options, Rewrite::Rebase { onto: onto_chain }).await
     }
 
     /// Rewrite `branch` so that its commits `from..=to` become one commit: a fresh physical branch
     /// from the version before `from`, the composed range, then the commits after `to`.
     pub async fn squash(&self, branch: &str, from: u64, to: u64, options: &ReplayOptions) -> Result<Outcome> {
         let old = self.resolve(branch).await?.ok_or_else(|| Error::Main { what: "squashed".into() })?;
-        let mut root = self.root().await?;
+        let root = self.root().await?;
         let chain = Some(old.clone());
         let lineage = Lineage::of(&root, &chain, None).await?;
         let start = lineage.0.iter().rev().nth(1).map(|p| p.version).unwrap_or(0);
@@ -217,18 +206,70 @@ impl Branches {
             let probe = self.squash_plan(&root, &chain, &lineage, from, to).await?;
             return Ok(Outcome::Squashed { old_physical: old, new_physical: String::new(), landed: probe });
         }
-        let expected = self.mapped(branch).await?;
-        let fresh = physical_name(branch);
-        root.create_branch(&fresh, (old.as_str(), from - 1), None)
-            .await
-            .lance(format!("creating the squashed branch for '{branch}'"))?;
-        let built = self.replay_onto_fresh(&root, &chain, &fresh, Some((from, to)), options, "squash").await;
-        self.finish_rewrite(&root, branch, expected.as_deref(), &fresh, built, |landed| Outcome::Squashed {
-            old_physical: old.clone(),
-            new_physical: fresh.clone(),
-            landed,
+        self.rewrite(branch, options, Rewrite::Squash { from, to }).await
+    }
+
+    /// Build the rewritten branch on a fresh physical branch from the old one's head as read now,
+    /// then retire the old one at exactly that head (the compare-and-swap) and point the name at
+    /// the fresh one. A write that landed on the old branch meanwhile makes the rewrite start over
+    /// from the new head (so it is carried over), at most `options.max_attempts` times.
+    async fn rewrite(&self, branch: &str, options: &ReplayOptions, how: Rewrite) -> Result<Outcome> {
+        for _ in 0..options.max_attempts.max(1) {
+            let mut root = self.root().await?;
+            let old = Self::resolve_in(&root, branch).await?.ok_or_else(|| Error::Main { what: how.verb().into() })?;
+            let expected = self.mapped(branch).await?;
+            let old_chain = Some(old.clone());
+            let read_head = open_chain(&root, &old_chain).await?.manifest().version;
+            let fresh = physical_name(branch);
+            let (from_chain, from_version) = match &how {
+                Rewrite::Rebase { onto } => (onto.clone(), open_chain(&root, onto).await?.manifest().version),
+                Rewrite::Squash { from, .. } => (old_chain.clone(), from - 1),
+            };
+            root.create_branch(&fresh, (chain_name(&from_chain), from_version), None)
+                .await
+                .lance(format!("creating the rewritten branch for '{branch}'"))?;
+            let squash = match how {
+                Rewrite::Squash { from, to } => Some((from, to)),
+                Rewrite::Rebase { .. } => None,
+            };
+            let built = self.replay_onto_fresh(&root, &old_chain, read_head, &fresh, squash, options, how.verb()).await;
+            let landed = match built {
+                Ok(Run::Done(landed, _)) => landed,
+                Ok(Run::Conflicted(conflicts, _)) => {
+                    discard(&root, &fresh).await;
+                    return Ok(Outcome::Conflicted { conflicts, landed: Vec::new() });
+                }
+                Err(e) => {
+                    discard(&root, &fresh).await;
+                    return Err(e);
+                }
+            };
+            hooks::point("rewrite:before-swap", self.uri()).await;
+            match self.retire(&root, &old, read_head, &fresh).await {
+                Ok(Retirement::Done) => {}
+                Ok(Retirement::Moved) => {
+                    discard(&root, &fresh).await;
+                    continue;
+                }
+                Ok(Retirement::Raced) => {
+                    discard(&root, &fresh).await;
+                    return Err(Error::NameRace { name: branch.to_string() });
+                }
+                Err(e) => {
+                    discard(&root, &fresh).await;
+                    return Err(e);
+                }
+            }
+            // The retirement decided it; the catalog entry follows (the name already resolves to
+            // the fresh branch through the retirement if this step is interrupted).
+            self.swap(branch, expected.as_deref(), Some(&fresh)).await?;
+            return Ok(how.outcome(old, fresh, landed));
+        }
+        Err(Error::Contention {
+            branch: branch.to_string(),
+            attempts: options.max_attempts,
+            last: format!("writers kept landing on '{branch}' during the {}", how.verb()),
         })
-        .await
     }
 
     /// What a squash would land: one commit for the range, one per later commit.
@@ -252,55 +293,57 @@ impl Branches {
             .collect())
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn replay_onto_fresh(
         &self,
         root: &Dataset,
         source: &Chain,
+        read_head: u64,
         fresh: &str,
         squash: Option<(u64, u64)>,
         options: &ReplayOptions,
         operation: &str,
     ) -> Result<Run> {
         let target = Some(fresh.to_string());
-        let mut session = Session::open(root, source, &target, None, operation).await?;
+        // The source exactly as read: the retirement later checks that nothing landed after it.
+        let source_lineage = Lineage::of(root, source, Some(read_head)).await?;
+        let target_lineage = Lineage::of(root, &target, None).await?;
+        let mut session =
+            Session::between(root, source, &source_lineage, &target, &target_lineage, None, operation).await?;
         if let Some((from, to)) = squash {
             squash_pending(&mut session, from, to, source)?;
         }
         run(&mut session, options).await
     }
+}
 
-    /// Swap the name to the fresh branch if the replay went through; otherwise (or when another
-    /// writer changed the name meanwhile) delete the fresh branch and its pins. `expected` is the
-    /// name's mapping when the operation read it (`None` for an adopted, unmapped branch).
-    async fn finish_rewrite(
-        &self,
-        root: &Dataset,
-        branch: &str,
-        expected: Option<&str>,
-        fresh: &str,
-        built: Result<Run>,
-        done: impl FnOnce(Vec<Landed>) -> Outcome,
-    ) -> Result<Outcome> {
-        let result = match built {
-            Ok(Run::Done(landed, _)) => match self.swap(branch, expected, Some(fresh)).await {
-                Ok(()) => return Ok(done(landed)),
-                Err(e) => Err(e),
-            },
-            Ok(Run::Conflicted(conflicts, _)) => Ok(Outcome::Conflicted { conflicts, landed: Vec::new() }),
-            Err(e) => Err(e),
-        };
-        // Best effort: a fresh branch left behind is unreferenced and never mapped.
-        let _ = unpin(root, fresh, Pins::Both).await;
-        let _ = root.clone().force_delete_branch(fresh).await;
-        result
+/// Which rewrite of a branch.
+enum Rewrite {
+    Rebase { onto: Chain },
+    Squash { from: u64, to: u64 },
+}
+
+impl Rewrite {
+    fn verb(&self) -> &'static str {
+        match self {
+            Rewrite::Rebase { .. } => "rebase",
+            Rewrite::Squash { .. } => "squash",
+        }
     }
 
-    /// The physical branch `logical` is mapped to, if it is mapped (not merely adopted).
-    async fn mapped(&self, logical: &str) -> Result<Option<String>> {
-        let root = self.root().await?;
-        let key = format!("{}{logical}", crate::names::NAME_PREFIX);
-        Ok(root.manifest().config.get(&key).cloned())
+    fn outcome(&self, old_physical: String, new_physical: String, landed: Vec<Landed>) -> Outcome {
+        match self {
+            Rewrite::Rebase { .. } => Outcome::Rebased { old_physical, new_physical, landed },
+            Rewrite::Squash { .. } => Outcome::Squashed { old_physical, new_physical, landed },
+        }
     }
+}
+
+/// Remove a fresh branch a rewrite will not use, and its pins. Best effort: a fresh branch left
+/// behind is unreferenced and never mapped.
+async fn discard(root: &Dataset, fresh: &str) {
+    let _ = unpin(root, fresh, Pins::Both).await;
+    let _ = root.clone().force_delete_branch(fresh).await;
 }
 
 /// Replace the pending commits `from..=to` of `chain` with their composition.

@@ -27,6 +27,8 @@ use crate::keycheck::{KeyState, Probe, inserts_rows, probe};
 use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
 use crate::provenance::{self, known_transactions, new_fragment_ids, origins};
 use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
+use lance_actions_commit::branch_names::retirement;
+use lance_actions_commit::hooks;
 
 /// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
 #[derive(Debug, Clone)]
@@ -209,7 +211,9 @@ impl Session {
                 let why = format!("it squashes {} commits of which the target already has {known}", s.origins.len());
                 return Err(s.not_replayable(why));
             }
-            if known > 0 || is_graft_only(&s.actions) {
+            // Branch bookkeeping (grafted bases, names in a legacy config, retirements) is never
+            // replayed as data.
+            if known > 0 || is_bookkeeping(&s.actions) {
                 if wanted {
                     session.skipped.push(s.version);
                 }
@@ -481,12 +485,39 @@ impl Session {
         Ok(Ok(done))
     }
 
-    /// One replay: `Ok(None)` when it converged (nothing to write).
+    /// Replay one commit (`Ok(None)` when it converged: nothing to write). The source version is
+    /// pinned before anything can land (so a cleanup of the source between the pin and the commit
+    /// keeps the files the commit will graft), and the pin is released again if our commit does not
+    /// land.
     async fn execute_step(
         &mut self,
         step: &SourceCommit,
         max_attempts: usize,
     ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
+        let pinned = self.pin(step).await?;
+        let result = self.pinned_step(step, max_attempts).await;
+        if pinned && !matches!(result, Ok(Ok(Some(_)))) {
+            // Best effort: a pin left behind keeps files, it never loses them.
+            let _ = self.root.tags().delete(&graft_tag(&self.target, &step.chain, step.version)).await;
+        }
+        result
+    }
+
+    async fn pinned_step(
+        &mut self,
+        step: &SourceCommit,
+        max_attempts: usize,
+    ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
+        // A delete of the source retires it before it looks for pins: either it sees ours, or we
+        // see its retirement here and stop before grafting files it is about to delete.
+        if let Some(physical) = &step.chain
+            && let Some(successor) = retirement(&self.root, physical).await?
+        {
+            return Err(match successor.as_str() {
+                "" => Error::BranchDeleted { branch: physical.clone() },
+                _ => Error::Retired { branch: physical.clone(), successor },
+            });
+        }
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
         let mut last = String::new();
         let (mut attempts, mut grafts) = (0, 0);
@@ -526,11 +557,13 @@ impl Session {
                 StepVerdict::Conflicts(found) => return Ok(Err(found)),
             }
             let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
+            hooks::point("replay:before-commit", self.root.uri()).await;
             match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
                 Ok((_, report)) => {
-                    let landed = self.record_landed(step, &self.target.clone(), report.version).await?;
+                    // Pinned already; again in case a concurrent replay of the same version that
+                    // created the pin failed and released it meanwhile.
                     self.pin(step).await?;
-                    return Ok(Ok(Some(landed)));
+                    return Ok(Ok(Some(self.record_landed(step, &self.target.clone(), report.version).await?)));
                 }
                 // A writer landed on the target meanwhile: bind again on the new head.
                 Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
@@ -566,17 +599,22 @@ impl Session {
 
     /// Pin the source version the target now reads files from: a Lance tag keeps that version's
     /// files from `cleanup_old_versions` and the source branch from being deleted under the target.
-    async fn pin(&self, step: &SourceCommit) -> Result<()> {
+    /// Returns whether this call created the pin (false: it was there already).
+    async fn pin(&self, step: &SourceCommit) -> Result<bool> {
         let name = graft_tag(&self.target, &step.chain, step.version);
         let tags = self.root.tags();
         if tags.get(&name).await.is_ok() {
-            return Ok(());
+            return Ok(false);
         }
-        tags.create(&name, (chain_name(&step.chain), step.version)).await.lance(format!(
-            "pinning version {} of '{}'",
-            step.version,
-            chain_name(&step.chain)
-        ))
+        match tags.create(&name, (chain_name(&step.chain), step.version)).await {
+            Ok(()) => Ok(true),
+            // A concurrent replay of the same version pinned it between our look and our create.
+            Err(lance::Error::RefConflict { .. }) => Ok(false),
+            Err(source) => Err(Error::Lance {
+                what: format!("pinning version {} of '{}'", step.version, chain_name(&step.chain)),
+                source,
+            }),
+        }
     }
 }
 
@@ -594,6 +632,7 @@ pub(crate) fn hex(name: &str) -> String {
 /// conflict with a replay and do not make a merge more than a fast-forward.
 fn is_bookkeeping(txn: &ActionTxn) -> bool {
     is_graft_only(txn)
+        || lance_actions::retired::is_retirement(txn)
         || (!txn.actions.is_empty()
             && txn.actions.iter().all(|a| match a {
                 AnyAction::UpdateConfig(u) => {

@@ -75,6 +75,12 @@ pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
 /// Judge `txn` against `inputs.peers`, rebasing it in place (no copy of the transaction).
 pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
     let mut peers = Vec::with_capacity(inputs.peers.len());
+    // A retired branch takes no write, and a retirement takes no peer (crate::retired).
+    let head = inputs.head.unwrap_or(inputs.base);
+    let first_peer = inputs.peers.first().map(|p| p.version);
+    if let Some(verdict) = crate::retired::verdict(txn, head, inputs.peers.len(), first_peer) {
+        return (verdict, peers);
+    }
     let mut verdict = Verdict::Ok;
     if let (true, Some(first)) = (txn.is_opaque(), inputs.peers.first()) {
         verdict = opaque_verdict(first.version);

@@ -16,6 +16,7 @@ pub mod error;
 pub mod keys;
 pub mod matrix;
 pub mod path;
+pub mod retired;
 pub mod samples;
 pub mod state;
 pub mod table_class;

@@ -42,6 +42,8 @@ pub enum Rule {
     /// A replayed insert would add keys the target already holds (found by probing the target at
     /// the version the replay lands on): replaying it would duplicate them.
     KeysPresent,
+    /// The branch was retired (rebased, squashed or deleted) or moved under its retirement.
+    BranchRetired,
 }
 
 /// Why a transaction cannot commit as is: names our action, the committed peer's version and action,

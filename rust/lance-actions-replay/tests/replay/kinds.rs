@@ -165,8 +165,8 @@ async fn a_key_inserted_on_both_branches_conflicts_and_disjoint_keys_merge() {
     let uri = temp_uri(&dir);
     KeyedTable::create(&uri, vec![rows(&(0..10).collect::<Vec<_>>())], &["id"]).await.expect("keyed table");
     let b = Branches::new(&uri);
-    let physical = b.create("feature", "main", None).await.expect("branch");
-    let mut feature = KeyedTable::open_branch(&uri, &physical).await.expect("keyed feature");
+    b.create("feature", "main", None).await.expect("branch");
+    let mut feature = KeyedTable::open_branch(&uri, "feature").await.expect("keyed feature");
     let mut main = KeyedTable::open(&uri).await.expect("keyed main");
     feature.insert(vec![rows(&[50, 51])]).await.expect("feature inserts");
     main.insert(vec![rows(&[60])]).await.expect("main inserts");

@@ -1,9 +1,15 @@
 //! Logical names over physical branches: adoption, compare-and-swap, deletion safety, reuse, and
 //! cleanup that must not take files a graft still reads.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lance::Dataset;
+use lance::dataset::transaction::Transaction;
+use lance::dataset::{InsertBuilder, WriteMode, WriteParams};
+use lance_actions::Rule;
+use lance_actions_commit::branch_names::BranchError;
+use lance_actions_commit::{CommitError, DatasetActionsExt, hooks};
 use lance_actions_replay::{Error, Outcome, ReplayOptions};
 
 use crate::support::*;
@@ -115,4 +121,224 @@ async fn a_deleted_name_does_not_come_back_as_an_earlier_incarnation() {
     let fresh = b.create("old", "main", None).await.expect("the name can be reused");
     assert_ne!(fresh, "old");
     assert_eq!(ids(&b, "old").await, range(0, 10));
+}
+
+// ---- issue 9: names in a catalog, retirements, delete vs merge, pin before commit ----
+
+/// A plain Lance append on a physical branch (addressed by its physical name, as a writer that
+/// resolved the name earlier would).
+async fn append_physical(uri: &str, physical: &str, ids: &[i64]) -> u64 {
+    let root = Dataset::open(uri).await.expect("open");
+    let ds = root.checkout_branch(physical).await.expect("checkout");
+    InsertBuilder::new(Arc::new(ds))
+        .with_params(&WriteParams { mode: WriteMode::Append, max_rows_per_file: 10, ..Default::default() })
+        .execute(vec![rows(ids)])
+        .await
+        .expect("append")
+        .manifest()
+        .version
+}
+
+/// Stage an append on the latest version of a physical branch, to commit later through the driver.
+async fn stage_append_on(uri: &str, physical: &str, ids: &[i64]) -> (Arc<Dataset>, Transaction) {
+    let root = Dataset::open(uri).await.expect("open");
+    let ds = Arc::new(root.checkout_branch(physical).await.expect("checkout"));
+    let txn = InsertBuilder::new(ds.clone())
+        .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+        .execute_uncommitted(vec![rows(ids)])
+        .await
+        .expect("stage");
+    (ds, txn)
+}
+
+async fn main_version(uri: &str) -> u64 {
+    Dataset::open(uri).await.expect("open").manifest().version
+}
+
+#[tokio::test]
+async fn branch_bookkeeping_commits_nothing_on_main_and_merging_main_back_replays_no_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    let start = main_version(&uri).await;
+    b.create("feature", "main", None).await.expect("feature");
+    b.create("other", "main", None).await.expect("other");
+    append(&b, "feature", &range(100, 102)).await;
+    b.rebase("feature", "main", &ReplayOptions::default()).await.expect("rebase");
+    b.delete("other").await.expect("delete");
+    b.create("other", "main", None).await.expect("the name again");
+    assert_eq!(main_version(&uri).await, start, "create, rebase and delete commit nothing on main");
+
+    // A dataset written before the catalog: a name mapping committed in main's config.
+    let mut root = Dataset::open(&uri).await.expect("open");
+    root.update_config([("lance-actions.branch.legacy", "legacy.0000abcd")]).await.expect("legacy mapping");
+    append(&b, "main", &range(10, 12)).await;
+    let out = b.merge("main", "feature", &ReplayOptions::default()).await.expect("merge main into feature");
+    let landed = match &out {
+        Outcome::Merged { landed, .. } | Outcome::FastForward { landed, .. } => landed.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(landed.len(), 1, "only main's append is replayed, not its name bookkeeping: {out:?}");
+    let feature = open(&b, "feature").await;
+    let polluted: Vec<&String> =
+        feature.manifest().config.keys().filter(|k| k.starts_with("lance-actions.branch.")).collect();
+    assert!(polluted.is_empty(), "the branch holds no branch mapping: {polluted:?}");
+    assert_eq!(ids(&b, "feature").await, range(0, 12).into_iter().chain(range(100, 102)).collect::<Vec<_>>());
+    // Nothing pending either way: the bookkeeping never blocks an up-to-date answer.
+    let again = b.merge("main", "feature", &ReplayOptions::default()).await.expect("merge again");
+    assert!(matches!(again, Outcome::AlreadyUpToDate { .. }), "{again:?}");
+}
+
+#[tokio::test]
+async fn names_resolve_logically_and_errors_name_the_branch_and_list_the_known_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    let physical = b.create("feature", "main", None).await.expect("feature");
+    assert_eq!(b.resolve("feature").await.expect("logical"), Some(physical.clone()));
+    match b.resolve("featur").await {
+        Err(e @ Error::NoSuchBranch { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("'featur'") && text.contains("main, feature"), "{text}");
+            assert!(!text.contains("_versions") && !text.contains("tree/"), "no Lance path: {text}");
+        }
+        other => panic!("expected NoSuchBranch, got {other:?}"),
+    }
+    match b.resolve(&physical).await {
+        Err(Error::PhysicalName { name, logical }) => assert_eq!((name, logical), (physical.clone(), "feature".into())),
+        other => panic!("a physical name is not a branch name: {other:?}"),
+    }
+    // Keyed tables and replay share the same resolution (the keyed crate's open_branch calls it).
+    let root = Dataset::open(&uri).await.expect("open");
+    let shared = lance_actions_commit::branch_names::resolve(&root, "feature").await.expect("shared resolution");
+    assert_eq!(shared, Some(physical));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_to_the_old_branch_during_a_rebase_is_carried_over_and_later_writes_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    let old = b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 103)).await;
+    append(&b, "main", &range(10, 12)).await;
+    // A writer that read the old branch before the rebase, committing after it.
+    let (late_ds, late_txn) = stage_append_on(&uri, &old, &[900]).await;
+    // Between the replay and the swap, another writer lands on the old physical branch.
+    let (hook_uri, hook_old) = (b.uri().to_string(), old.clone());
+    hooks::register("rewrite:before-swap", b.uri(), move || async move {
+        append_physical(&hook_uri, &hook_old, &range(200, 202)).await;
+    });
+    let out = b.rebase("feature", "main", &ReplayOptions::default()).await.expect("rebase");
+    let Outcome::Rebased { old_physical, new_physical, .. } = out else { panic!("{out:?}") };
+    assert_eq!(old_physical, old);
+    let mut expected: Vec<i64> = range(0, 12).into_iter().chain(range(100, 103)).chain(range(200, 202)).collect();
+    expected.sort_unstable();
+    assert_eq!(ids(&b, "feature").await, expected, "the write that landed during the rebase is carried over");
+
+    // After the swap: the old physical branch takes no write through the driver, naming the new one.
+    match late_ds.action_commit().execute(late_txn).await {
+        Err(CommitError::Fail { reason, .. }) => {
+            assert_eq!(reason.rule, Rule::BranchRetired);
+            assert!(reason.detail.contains(&new_physical), "{reason}");
+        }
+        other => panic!("a write to the retired branch must be refused, got {:?}", other.map(|(_, r)| r.version)),
+    }
+    let (fresh_ds, fresh_txn) = stage_append_on(&uri, &old, &[901]).await;
+    assert!(matches!(fresh_ds.action_commit().execute(fresh_txn).await, Err(CommitError::Fail { .. })));
+    let root = Dataset::open(&uri).await.expect("open");
+    match lance_actions_commit::branch_names::resolve_physical(&root, &old).await {
+        Err(BranchError::Retired { branch, successor }) => assert_eq!((branch, successor), (old.clone(), new_physical)),
+        other => panic!("expected Retired, got {other:?}"),
+    }
+    assert_eq!(ids(&b, "feature").await, expected, "nothing reached the branch through the old name");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_branch_while_a_merge_from_it_lands_never_leaves_main_reading_deleted_files() {
+    // The merge runs between the delete's reader check and its removal of the branch.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 105)).await;
+    let merged = Arc::new(std::sync::Mutex::new(None));
+    let (hb, slot) = (b.clone(), merged.clone());
+    hooks::register("delete:after-check", b.uri(), move || async move {
+        let r = hb.merge("feature", "main", &ReplayOptions::default()).await;
+        *slot.lock().expect("slot") = Some(r.map(|o| o.name()));
+    });
+    let deleted = b.delete("feature").await;
+    let merged = merged.lock().expect("slot").take().expect("the hook ran");
+    match (&deleted, &merged) {
+        (Ok(()), Err(_)) => assert_eq!(ids(&b, "main").await, range(0, 10), "the merge failed cleanly"),
+        (Err(Error::InUse { .. }), Ok(_)) => {
+            assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(100, 105)).collect::<Vec<_>>())
+        }
+        other => panic!("either the delete refuses or the merge fails: {other:?}"),
+    }
+    // A full scan of main reads every file it references.
+    assert!(ids(&b, "main").await.len() >= 10);
+
+    // The other order: the delete runs while a merge has pinned the source and not yet committed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 105)).await;
+    let deleted = Arc::new(std::sync::Mutex::new(None));
+    let (hb, slot) = (b.clone(), deleted.clone());
+    hooks::register("replay:before-commit", b.uri(), move || async move {
+        let r = hb.delete("feature").await;
+        *slot.lock().expect("slot") = Some(r);
+    });
+    let merged = b.merge("feature", "main", &ReplayOptions::default()).await;
+    let deleted = deleted.lock().expect("slot").take().expect("the hook ran");
+    assert!(matches!(deleted, Err(Error::InUse { .. })), "the merge's pin is seen: {deleted:?}");
+    assert!(merged.is_ok(), "{merged:?}");
+    assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(100, 105)).collect::<Vec<_>>());
+    assert_eq!(ids(&b, "feature").await, range(0, 10).into_iter().chain(range(100, 105)).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cleanup_of_the_source_between_pin_and_commit_keeps_the_grafted_files_and_a_failed_replay_unpins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let picked = append(&b, "feature", &range(100, 110)).await;
+    // The source then drops those rows: only version `picked` references their file.
+    delete(&b, "feature", "id >= 100").await;
+    let hb = b.clone();
+    hooks::register("replay:before-commit", b.uri(), move || async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let feature = open(&hb, "feature").await;
+        feature
+            .cleanup_old_versions(chrono::TimeDelta::milliseconds(1), Some(true), Some(false))
+            .await
+            .expect("cleanup");
+    });
+    let out = b.cherry_pick("feature", &[picked], "main", &ReplayOptions::default()).await.expect("cherry-pick");
+    assert!(matches!(out, Outcome::CherryPicked { .. }), "{out:?}");
+    assert_eq!(
+        ids(&b, "main").await,
+        range(0, 20).into_iter().filter(|i| *i < 10).chain(range(100, 110)).collect::<Vec<_>>()
+    );
+
+    // A replay whose commit does not land leaves no pin behind.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let picked = delete(&b, "feature", "id = 3").await;
+    let hb = b.clone();
+    hooks::register("replay:before-commit", b.uri(), move || async move {
+        // main drops the whole fragment the replayed delete touches.
+        delete(&hb, "main", "id < 10").await;
+    });
+    let out = b.cherry_pick("feature", &[picked], "main", &ReplayOptions::default()).await.expect("cherry-pick");
+    assert!(matches!(out, Outcome::Conflicted { .. }), "{out:?}");
+    let tags = Dataset::open(&uri).await.expect("open").tags().list().await.expect("tags");
+    assert!(!tags.keys().any(|t| t.starts_with("graft-")), "the pin is released: {tags:?}");
+    assert!(ids(&b, "main").await.is_empty());
 }
