@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::manifest::{self, GraphCommit, ManifestView, Publish, TableRef};
 use crate::schema::{GraphSchema, TypeDef};
 use crate::table::{self, Landed, TableWrite};
-use crate::validate::{ChangeSet, Snapshot, TypeChange, validate};
+use crate::validate::{ChangeSet, Snapshot, validate};
 use crate::value::{Row, row_id};
 
 /// How many times a write or merge re-runs when its branch moves under it.
@@ -223,7 +223,7 @@ impl Graph {
                     return Err(Error::AlreadyPresent { type_key: t.key(), count: present.len(), sample: shown });
                 }
             }
-            let change = changes.entry(name.clone()).or_insert_with(TypeChange::default);
+            let change = changes.entry(name.clone()).or_default();
             for r in w.inserts.iter().chain(&w.upserts) {
                 change.upserts.insert(row_id(r).to_string(), r.clone());
             }
@@ -301,7 +301,7 @@ impl Graph {
             stack.extend(c.parents.iter().cloned());
             out.push(c);
         }
-        out.sort_by(|a, b| b.seq.cmp(&a.seq));
+        out.sort_by_key(|c| std::cmp::Reverse(c.seq));
         Ok(out)
     }
 }

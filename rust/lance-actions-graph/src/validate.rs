@@ -10,7 +10,7 @@ use lance::Dataset;
 
 use crate::conflict::{Conflict, ConflictKind};
 use crate::error::Result;
-use crate::schema::{GraphSchema, PropType, TypeDef};
+use crate::schema::{GraphSchema, TypeDef};
 use crate::table::{in_filters, read_ids, scan_filter};
 use crate::value::{Row, Value, quote, row_id};
 
@@ -83,17 +83,17 @@ fn values(t: &TypeDef, change: &TypeChange, out: &mut Vec<Conflict>) {
                 Value::Float(f) => Some(*f),
                 _ => None,
             };
-            if let (Some((lo, hi)), Some(x)) = (c.range, number) {
-                if !(lo..=hi).contains(&x) {
-                    let message = format!("{}.{} = {x} is outside [{lo}, {hi}]", t.name, c.name);
-                    out.push(violation(t, id, ConflictKind::ValueConstraintViolation, message));
-                }
+            if let (Some((lo, hi)), Some(x)) = (c.range, number)
+                && !(lo..=hi).contains(&x)
+            {
+                let message = format!("{}.{} = {x} is outside [{lo}, {hi}]", t.name, c.name);
+                out.push(violation(t, id, ConflictKind::ValueConstraintViolation, message));
             }
-            if let (Some(allowed), Value::Str(s)) = (&c.allowed, v) {
-                if !allowed.contains(s) {
-                    let message = format!("{}.{} = '{s}' is not one of {allowed:?}", t.name, c.name);
-                    out.push(violation(t, id, ConflictKind::ValueConstraintViolation, message));
-                }
+            if let (Some(allowed), Value::Str(s)) = (&c.allowed, v)
+                && !allowed.contains(s)
+            {
+                let message = format!("{}.{} = '{s}' is not one of {allowed:?}", t.name, c.name);
+                out.push(violation(t, id, ConflictKind::ValueConstraintViolation, message));
             }
         }
     }
@@ -103,11 +103,9 @@ fn values(t: &TypeDef, change: &TypeChange, out: &mut Vec<Conflict>) {
 async fn unique(t: &TypeDef, snap: &Snapshot, change: &TypeChange, out: &mut Vec<Conflict>) -> Result<()> {
     for (i, c) in t.columns.iter().enumerate().filter(|(_, c)| c.unique) {
         let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut literal_of: BTreeMap<String, Value> = BTreeMap::new();
         for (id, row) in &change.upserts {
             if let Some(lit) = row[i].literal() {
-                holders.entry(lit.clone()).or_default().push(id.clone());
-                literal_of.insert(lit, row[i].clone());
+                holders.entry(lit).or_default().push(id.clone());
             }
         }
         if holders.is_empty() {
@@ -120,10 +118,8 @@ async fn unique(t: &TypeDef, snap: &Snapshot, change: &TypeChange, out: &mut Vec
                 if change.touches(&holder) {
                     continue;
                 }
-                if let Some(lit) = row[i].literal() {
-                    if let Some(ids) = holders.get_mut(&lit) {
-                        ids.push(holder);
-                    }
+                if let Some(ids) = row[i].literal().and_then(|lit| holders.get_mut(&lit)) {
+                    ids.push(holder);
                 }
             }
         }
@@ -134,7 +130,6 @@ async fn unique(t: &TypeDef, snap: &Snapshot, change: &TypeChange, out: &mut Vec
                 out.push(violation(t, id, ConflictKind::UniqueViolation, message));
             }
         }
-        let _ = literal_of;
     }
     Ok(())
 }
@@ -227,9 +222,4 @@ async fn cardinality(t: &TypeDef, snap: &Snapshot, change: &TypeChange, out: &mu
         out.push(violation(t, &src, ConflictKind::CardinalityViolation, message));
     }
     Ok(())
-}
-
-/// The property type of a column, for callers that check inputs.
-pub fn is_vector(ty: &PropType) -> bool {
-    matches!(ty, PropType::Vector(_))
 }

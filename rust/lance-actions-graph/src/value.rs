@@ -186,10 +186,8 @@ pub fn rows_from_batch(t: &TypeDef, batch: &RecordBatch) -> Result<Vec<Row>> {
                 ))
             })?,
         };
-        if !c.nullable {
-            if let Some(row) = values.iter().position(|v| *v == Value::Null) {
-                return Err(input(format!("row {} of {} has no '{}'", row + 1, t.key(), c.name)));
-            }
+        if let Some(row) = values.iter().position(|v| *v == Value::Null).filter(|_| !c.nullable) {
+            return Err(input(format!("row {} of {} has no '{}'", row + 1, t.key(), c.name)));
         }
         columns.push(values);
     }
