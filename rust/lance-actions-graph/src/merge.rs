@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::conflict::{Conflict, ConflictKind};
-use crate::delta::touched_ids;
+use crate::delta::{SideDelta, side_delta};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, MAX_ATTEMPTS};
 use crate::manifest::{self, GraphCommit, ManifestView};
@@ -282,17 +282,13 @@ impl Graph {
             }
             let base_ds = table::open_at(self.root(), t, rb).await?;
             let source_ds = table::open_at(self.root(), t, rs).await?;
-            let ids = touched_ids(&base_ds, &source_ds).await?;
+            let sd = side_delta(t, &base_ds, &source_ds).await?;
+            let ids = sd.ids();
             staged.examined.insert(t.name.clone(), ids.len());
-            let b_rows = table::read_ids(&base_ds, t, &ids).await?;
-            let s_rows = table::read_ids(&source_ds, t, &ids).await?;
             let target_unchanged = same_state(rt, rb);
-            let t_rows = if target_unchanged {
-                b_rows.clone()
-            } else {
-                table::read_ids(&target_snap.tables[&t.name], t, &ids).await?
-            };
-            let change = self.classify(t, &ids, [&b_rows, &s_rows, &t_rows], opts, &mut staged.conflicts);
+            // The target's rows for these ids come from its own delta since the base.
+            let td = if target_unchanged { SideDelta::default() } else { side_delta(t, &base_ds, &target_snap.tables[&t.name]).await? };
+            let change = self.classify(t, &ids, &sd, &td, opts, &mut staged.conflicts);
             if target_unchanged {
                 staged.adopted.push(t.name.clone());
             }
@@ -310,13 +306,16 @@ impl Graph {
         &self,
         t: &TypeDef,
         ids: &BTreeSet<String>,
-        [b, s, tg]: [&HashMap<String, Row>; 3],
+        source: &SideDelta,
+        target: &SideDelta,
         opts: &MergeOptions,
         conflicts: &mut Vec<Conflict>,
     ) -> TypeChange {
         let mut change = TypeChange::default();
         for id in ids {
-            match decide(t, b.get(id), s.get(id), tg.get(id), opts) {
+            let b = source.base_row(id);
+            let (s, tg) = (source.row_after(id, b), target.row_after(id, b));
+            match decide(t, b, s, tg, opts) {
                 Decision::KeepTarget => {}
                 Decision::Take(Some(row)) => {
                     change.upserts.insert(id.clone(), row);
