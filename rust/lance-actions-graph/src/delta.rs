@@ -94,7 +94,8 @@ pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<S
         delta.removed.insert(row_id(&row).to_string(), row);
     }
     for chunk in deleted_addresses.chunks(CHUNK_ROWS) {
-        let batch = base.take_rows(chunk, base.schema().clone()).await.lance(format!("reading deleted {} rows", t.key()))?;
+        let batch =
+            base.take_rows(chunk, base.schema().clone()).await.lance(format!("reading deleted {} rows", t.key()))?;
         for row in rows_from_batch(t, &batch)? {
             delta.removed.insert(row_id(&row).to_string(), row);
         }
@@ -105,8 +106,18 @@ pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<S
 /// Row addresses (in the base) the side's deletion vector of one fragment adds.
 async fn newly_deleted(base: &Dataset, b: &Fragment, side: &Dataset, f: &Fragment) -> Result<Vec<u64>> {
     let missing = || Error::Corrupt { detail: format!("fragment {} is listed but cannot be opened", b.id) };
-    let before = base.get_fragment(b.id as usize).ok_or_else(missing)?.get_deletion_vector().await.lance("reading a deletion vector")?;
-    let after = side.get_fragment(f.id as usize).ok_or_else(missing)?.get_deletion_vector().await.lance("reading a deletion vector")?;
+    let before = base
+        .get_fragment(b.id as usize)
+        .ok_or_else(missing)?
+        .get_deletion_vector()
+        .await
+        .lance("reading a deletion vector")?;
+    let after = side
+        .get_fragment(f.id as usize)
+        .ok_or_else(missing)?
+        .get_deletion_vector()
+        .await
+        .lance("reading a deletion vector")?;
     let Some(after) = after else { return Ok(Vec::new()) };
     Ok(after
         .to_sorted_iter()

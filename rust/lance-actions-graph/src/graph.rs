@@ -278,6 +278,42 @@ impl Graph {
         }
     }
 
+    /// Build a BTree index on `id` in every type's table on `branch`, published as one graph
+    /// version (maintenance: keyed writes and merges then take Lance's indexed paths).
+    pub async fn index_keys(&self, branch: &str) -> Result<WriteReport> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            backoff(attempt).await;
+            let head = self.view().await?.head(branch)?.clone();
+            let mut tables = head.tables.clone();
+            let mut interfered = false;
+            for t in self.schema.types.values() {
+                match table::index_key(&self.root, t, self.table_ref(&head, t)?, branch).await? {
+                    Landed::At(r) => {
+                        tables.insert(t.name.clone(), r);
+                    }
+                    Landed::Interfered(_) => {
+                        interfered = true;
+                        break;
+                    }
+                }
+            }
+            if interfered {
+                continue;
+            }
+            let commit = GraphCommit {
+                id: manifest::new_id(),
+                parents: vec![head.id.clone()],
+                branch: branch.into(),
+                seq: 0,
+                tables,
+            };
+            if self.publish(branch, &head.id, &commit).await? {
+                return Ok(WriteReport { commit: commit.id, attempts: attempt });
+            }
+        }
+        Err(Error::Contention { branch: branch.into(), what: "index build".into(), attempts: MAX_ATTEMPTS })
+    }
+
     /// Every row of a type on a branch, ordered by id.
     pub async fn scan(&self, branch: &str, type_name: &str) -> Result<Vec<Row>> {
         let t = self.schema.get(type_name)?;

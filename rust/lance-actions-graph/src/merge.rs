@@ -287,7 +287,11 @@ impl Graph {
             staged.examined.insert(t.name.clone(), ids.len());
             let target_unchanged = same_state(rt, rb);
             // The target's rows for these ids come from its own delta since the base.
-            let td = if target_unchanged { SideDelta::default() } else { side_delta(t, &base_ds, &target_snap.tables[&t.name]).await? };
+            let td = if target_unchanged {
+                SideDelta::default()
+            } else {
+                side_delta(t, &base_ds, &target_snap.tables[&t.name]).await?
+            };
             let change = self.classify(t, &ids, &sd, &td, opts, &mut staged.conflicts);
             if target_unchanged {
                 staged.adopted.push(t.name.clone());

@@ -192,3 +192,45 @@ fn id_batch(ids: &[String]) -> Result<RecordBatch> {
 pub fn by_id(rows: Vec<Row>) -> BTreeMap<String, Row> {
     rows.into_iter().map(|r| (row_id(&r).to_string(), r)).collect()
 }
+
+/// Build (or rebuild) a BTree index on `id` over the rows at `r`, as one commit through the driver
+/// on a Lance branch `owner` may append to. With it, keyed upserts and deletes take Lance's indexed
+/// path (their cost follows the rows written, not the table), and `id IN` probes are lookups.
+pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Result<Landed> {
+    use lance::dataset::transaction::{Operation, Transaction};
+    use lance::index::DatasetIndexExt;
+    use lance_actions_commit::DatasetActionsExt;
+    use lance_index::IndexType;
+    use lance_index::scalar::ScalarIndexParams;
+
+    let table = writable(root, t, r, owner).await?;
+    let branch = table.dataset().manifest().branch.clone().unwrap_or_else(|| "main".to_string());
+    let mut ds = (**table.dataset()).clone();
+    let params = ScalarIndexParams::default();
+    let new_index = ds
+        .create_index_builder(&["id"], IndexType::BTree, &params)
+        .replace(true)
+        .execute_uncommitted()
+        .await
+        .lance(format!("building the id index of {}", t.key()))?;
+    let removed: Vec<_> = ds
+        .load_indices()
+        .await
+        .lance("listing indices")?
+        .iter()
+        .filter(|i| i.name == new_index.name)
+        .cloned()
+        .collect();
+    let op = Operation::CreateIndex { new_indices: vec![new_index], removed_indices: removed };
+    let txn = Transaction::new(r.version, op, None);
+    match Arc::new(ds).action_commit().execute(txn).await {
+        Ok((_, report)) if report.version == r.version + 1 => {
+            Ok(Landed::At(TableRef { branch, version: report.version, owner: owner.to_string() }))
+        }
+        Ok(_) => Ok(Landed::Interfered(format!("{} moved under the index build", t.key()))),
+        Err(lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. }) => {
+            Ok(Landed::Interfered(format!("{} moved under the index build", t.key())))
+        }
+        Err(source) => Err(Error::Commit { source }),
+    }
+}

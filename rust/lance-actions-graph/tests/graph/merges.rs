@@ -143,3 +143,32 @@ async fn strategies_resolve_row_conflicts_but_never_violations() {
         assert_eq!(r.conflicts[0].kind, ConflictKind::OrphanEdge);
     }
 }
+
+/// The id index build is a graph version of its own; writes and merges afterwards behave the same.
+#[tokio::test]
+async fn an_indexed_graph_writes_and_merges_the_same() {
+    use lance::index::DatasetIndexExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = graph(&dir).await;
+    let rows: Vec<_> = (1..=5).map(|i| person(&g, &format!("p{i}"), "b")).collect();
+    g.insert("main", "Person", rows).await.expect("seed");
+    g.index_keys("main").await.expect("index");
+    let head = g.log("main").await.expect("log")[0].clone();
+    let r = &head.tables["Person"];
+    let ds = lance::Dataset::open(dir.path().join("g/node_Person.lance").to_str().expect("utf8")).await.expect("open");
+    let ds = ds.checkout_version((r.branch.as_str(), r.version)).await.expect("checkout");
+    assert_eq!(ds.load_indices().await.expect("indices").len(), 1, "the recorded version carries the id index");
+    g.branch("feature", "main").await.expect("branch");
+    g.upsert("feature", "Person", vec![person(&g, "p1", "S")]).await.expect("s");
+    g.delete("feature", "Person", vec!["p2".into()]).await.expect("s delete");
+    g.upsert("main", "Person", vec![person(&g, "p3", "T")]).await.expect("t");
+    assert!(matches!(
+        g.insert("main", "Person", vec![person(&g, "p4", "x")]).await,
+        Err(lance_actions_graph::Error::AlreadyPresent { .. })
+    ));
+    let m = g.merge("feature", "main", &MergeOptions::default()).await.expect("merge");
+    assert_eq!(m.outcome, Outcome::Merged);
+    let expected: std::collections::BTreeMap<String, String> =
+        [("p1", "S"), ("p3", "T"), ("p4", "b"), ("p5", "b")].map(|(a, b)| (a.to_string(), b.to_string())).into();
+    assert_eq!(names(&g, "main").await, expected);
+}
