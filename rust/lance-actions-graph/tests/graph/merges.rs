@@ -172,3 +172,19 @@ async fn an_indexed_graph_writes_and_merges_the_same() {
         [("p1", "S"), ("p3", "T"), ("p4", "b"), ("p5", "b")].map(|(a, b)| (a.to_string(), b.to_string())).into();
     assert_eq!(names(&g, "main").await, expected);
 }
+
+#[tokio::test]
+async fn bad_branch_arguments_are_typed_errors() {
+    use lance_actions_graph::Error;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = graph(&dir).await;
+    let opts = MergeOptions::default();
+    assert!(matches!(g.merge("nope", "main", &opts).await, Err(Error::NoSuchBranch { .. })));
+    assert!(matches!(g.merge("main", "main", &opts).await, Err(Error::SameBranch { .. })));
+    assert!(matches!(g.branch("a/b", "main").await, Err(Error::InvalidName { .. })));
+    assert!(matches!(g.branch("x", "nope").await, Err(Error::NoSuchBranch { .. })));
+    g.branch("x", "main").await.expect("branch");
+    assert!(matches!(g.branch("x", "main").await, Err(Error::BranchExists { .. })));
+    assert!(matches!(g.insert("nope", "Person", vec![person(&g, "p", "a")]).await, Err(Error::NoSuchBranch { .. })));
+    assert_eq!(g.branches().await.expect("list").iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>(), ["main", "x"]);
+}
