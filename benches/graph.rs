@@ -73,7 +73,7 @@ async fn load(g: &Graph, n: u64, dim: usize) {
     }
 }
 
-async fn diverged(n: u64, d: u64) -> (f64, u64) {
+async fn diverged(n: u64, d: u64) -> (f64, f64, u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("g");
     let g = Graph::init(root.to_str().expect("utf8"), &schema(8)).await.expect("init");
@@ -88,12 +88,17 @@ async fn diverged(n: u64, d: u64) -> (f64, u64) {
     g.upsert("feature", "Item", s).await.expect("source");
     g.upsert("main", "Item", t).await.expect("target");
     reset_peak_rss();
+    // A dry run is the change detection, the truth table and validation, without landing.
+    let t0 = Instant::now();
+    let dry = g.merge("feature", "main", &MergeOptions { dry_run: true, ..Default::default() }).await.expect("dry");
+    let dry_ms = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(dry.outcome, Outcome::Merged);
     let t0 = Instant::now();
     let r = g.merge("feature", "main", &MergeOptions::default()).await.expect("merge");
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     assert_eq!(r.outcome, Outcome::Merged);
     assert_eq!(r.written.values().sum::<usize>() as u64, d);
-    (ms, peak_rss_kb())
+    (ms, dry_ms, peak_rss_kb())
 }
 
 async fn fast_forward(n: u64) -> (f64, f64, u64) {
@@ -131,12 +136,12 @@ async fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     println!("(a) diverged merge, d rows changed per side");
-    println!("| rows | d | merge ms | peak RSS MB |");
-    println!("|---|---|---|---|");
+    println!("| rows | d | merge ms | of which dry run (detect + classify + validate) ms | peak RSS MB |");
+    println!("|---|---|---|---|---|");
     for &n in &sizes {
         for d in [1u64, 50, 1000] {
-            let (ms, rss) = diverged(n, d).await;
-            println!("| {n} | {d} | {ms:.1} | {:.0} |", rss as f64 / 1024.0);
+            let (ms, dry_ms, rss) = diverged(n, d).await;
+            println!("| {n} | {d} | {ms:.1} | {dry_ms:.1} | {:.0} |", rss as f64 / 1024.0);
         }
     }
     println!("\n(b) all-new fast-forward vs direct append, vector(256)");
