@@ -4,6 +4,7 @@ mod branch;
 mod check;
 mod demo;
 mod explain;
+mod graph;
 mod keyed;
 
 use std::process::ExitCode;
@@ -64,6 +65,11 @@ enum Command {
         #[command(subcommand)]
         command: branch::BranchCommand,
     },
+    /// Keyed graphs: init, branches, constraint-checked writes, three-way merge, export, log.
+    Graph {
+        #[command(subcommand)]
+        command: graph::GraphCommand,
+    },
 }
 
 /// A user-facing failure: one line, non-zero exit.
@@ -104,6 +110,7 @@ fn main() -> ExitCode {
             Command::Keyed { command } => keyed::run(command).await?,
             Command::Replay(command) => branch::run(command).await?,
             Command::Branch { command } => branch::run_branch(command).await?,
+            Command::Graph { command } => graph::run(command).await?,
         }
         Ok(())
     });

@@ -927,3 +927,82 @@ async fn replays_with_a_relative_uri_write_absolute_locations() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "4");
 }
+
+/// `graph ...`: init, writes from JSON lines, branches, a conflicted merge (exit 3 with the list as
+/// data), a clean merge, export ordered by id, and one-line errors for bad input.
+#[test]
+fn graph_commands_merge_with_conflicts_as_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("g");
+    let root = root.to_str().expect("utf-8");
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("utf-8").to_string()
+    };
+    let schema = file(
+        "schema.json",
+        r#"{"nodes": {"Person": {"properties": {"name": "string", "age": {"type": "int64", "range": [0, 150]}}}},
+            "edges": {"Knows": {"src": "Person", "dst": "Person"}}}"#,
+    );
+    let (ok, _, err) = run(&["graph", "init", root, "--schema", &schema]);
+    assert!(ok, "{err}");
+    let seed = file("seed.jsonl", "{\"id\": \"p2\", \"name\": \"b\"}\n{\"id\": \"p1\", \"name\": \"a\"}\n");
+    let (ok, _, err) = run(&["graph", "insert", root, "--type", "Person", "--input", &seed]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&["graph", "branch", "create", root, "feature"]);
+    assert!(ok, "{err}");
+    let s = file("s.jsonl", "{\"id\": \"p1\", \"name\": \"S\"}\n");
+    let t = file("t.jsonl", "{\"id\": \"p1\", \"name\": \"T\"}\n");
+    assert!(run(&["graph", "upsert", root, "--type", "Person", "--input", &s, "--branch", "feature"]).0);
+    assert!(run(&["graph", "upsert", root, "--type", "Person", "--input", &t]).0);
+    let out =
+        bin().args(["graph", "merge", root, "--from", "feature", "--into", "main", "--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["outcome"], "conflicted");
+    assert_eq!(v["conflicts"][0]["kind"], "divergent_update");
+    assert_eq!(v["conflicts"][0]["type"], "node:Person");
+    assert_eq!(v["conflicts"][0]["id"], "p1");
+    let (ok, out, err) =
+        run(&["graph", "merge", root, "--from", "feature", "--into", "main", "--strategy", "theirs", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["outcome"], "merged");
+    let (ok, out, _) = run(&["graph", "export", root, "--type", "Person"]);
+    assert!(ok);
+    let ids: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(ids.iter().map(|r| r["id"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["p1", "p2"]);
+    assert_eq!(ids[0]["name"], "S");
+    let (ok, _, err) = run(&["graph", "index", root]);
+    assert!(ok, "{err}");
+    assert_eq!(run(&["graph", "export", root, "--type", "Person"]).1, out, "an index build changed rows");
+    let (ok, out, _) = run(&["graph", "log", root, "--json"]);
+    assert!(ok);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().expect("a line")).expect("json");
+    assert_eq!(first["parents"].as_array().map(Vec::len), Some(1), "the index build is one graph version");
+    let second: serde_json::Value = serde_json::from_str(out.lines().nth(1).expect("a line")).expect("json");
+    assert_eq!(second["parents"].as_array().map(Vec::len), Some(2), "the merge has two parents");
+
+    // Bad input: one line, exit 1, nothing written.
+    let before = run(&["graph", "export", root, "--type", "Person"]).1;
+    for (name, text, ty, expected) in [
+        ("noid.jsonl", "{\"name\": \"x\"}\n", "Person", "'id'"),
+        ("wrong.jsonl", "{\"id\": \"p9\", \"age\": \"old\"}\n", "Person", "'age'"),
+        ("x.jsonl", "{\"id\": \"p9\"}\n", "Robot", "unknown type 'Robot'"),
+    ] {
+        let input = file(name, text);
+        let (ok, _, err) = run(&["graph", "insert", root, "--type", ty, "--input", &input]);
+        assert!(!ok && err.contains(expected) && err.trim().lines().count() == 1, "{name}: {err}");
+    }
+    let old = file("old.jsonl", "{\"id\": \"p9\", \"age\": 200}\n");
+    let out =
+        bin().args(["graph", "insert", root, "--type", "Person", "--input", &old, "--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["conflicts"][0]["kind"], "value_constraint_violation");
+    let bad_schema = file("bad.json", r#"{"nodes": {"P": {"properties": {"x": "decimal"}}}}"#);
+    let (ok, _, err) = run(&["graph", "init", &format!("{root}2"), "--schema", &bad_schema]);
+    assert!(!ok && err.contains("unknown type 'decimal'"), "{err}");
+    assert_eq!(run(&["graph", "export", root, "--type", "Person"]).1, before, "a refused write changed the graph");
+}
