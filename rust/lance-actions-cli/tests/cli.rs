@@ -590,10 +590,10 @@ async fn cherry_picking_a_reinserted_key_exits_3_naming_the_key() {
     assert_eq!(code, Some(0), "{err}");
     let physical = cli_branch(&uri, "feature");
     let del = jsonl(dir.path(), "del80.jsonl", &[r#"{"id": 80}"#]);
-    let (code, _, err) = run_code(&["keyed", "delete", &uri, "--branch", &physical, "--input", &del]);
+    let (code, _, err) = run_code(&["keyed", "delete", &uri, "--branch", "feature", "--input", &del]);
     assert_eq!(code, Some(0), "{err}");
     let ins = jsonl(dir.path(), "ins80.jsonl", &[r#"{"id": 80, "name": "again"}"#]);
-    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", &physical, "--input", &ins]);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &ins]);
     assert_eq!(code, Some(0), "{err}");
     let reinsert = open_branch(&uri, &physical).await.manifest().version.to_string();
     let before = open_branch(&uri, "main").await.manifest().version;

@@ -247,8 +247,11 @@ impl ActionCommit {
         let handler = commit_handler_from_url(&uri, &None).await.map_err(|e| refuse(e.to_string()))?;
         let base_path = self.dataset.branch_location().path;
         let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
-        let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
+        // The dataset's handler first, ours second: a writer landing between the two reads can only
+        // make ours see more, never fewer (read the other way round, that race looked like a
+        // handler that misses versions).
         let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
+        let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
         // Our own handler must not see fewer versions than the dataset's (then it would let us write
         // a version the dataset's handler already holds); more is a writer landing in between.
         if seen.version < own {
@@ -410,10 +413,15 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 
 /// Rows a caller declared deleted are checked against the staged deletion files: declared must
 /// equal staged - base. Where they differ (or the files cannot tell), the declared rows are dropped
-/// and rebase works from the files, which are what the commit will make visible.
+/// and rebase works from the files, which are what the commit will make visible. A change marked
+/// `merge_with_head` (a replay's, re-derived on the target) has no staged file yet: the commit writes
+/// its file from exactly the declared rows, so there is nothing for them to disagree with.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts) {
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
+        if u.merge_with_head {
+            continue;
+        }
         let Some(declared) = u.affected_rows.take() else { continue };
         let staged = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
             None,

@@ -56,7 +56,7 @@ async fn reinserted_80(uri: &str) -> (Branches, String, u64, u64) {
     KeyedTable::create(uri, vec![rows(&ids)], &["id"]).await.expect("keyed table");
     let b = Branches::new(uri);
     let physical = b.create("feature", "main", None).await.expect("branch");
-    let mut feature = KeyedTable::open_branch(uri, &physical).await.expect("keyed feature");
+    let mut feature = KeyedTable::open_branch(uri, "feature").await.expect("keyed feature");
     let deleted = feature.delete(vec![rows(&[80])]).await.expect("delete 80").version;
     let inserted = feature.insert(vec![named(&[80], "again")]).await.expect("insert 80 again").version;
     (b, physical, deleted, inserted)
@@ -115,8 +115,8 @@ async fn a_merge_reports_every_conflict_of_a_key_on_both_sides() {
     let uri = temp_uri(&dir);
     KeyedTable::create(&uri, vec![rows(&(1..=10).collect::<Vec<_>>())], &["id"]).await.expect("keyed table");
     let b = Branches::new(&uri);
-    let physical = b.create("feature", "main", None).await.expect("branch");
-    let mut feature = KeyedTable::open_branch(&uri, &physical).await.expect("keyed feature");
+    b.create("feature", "main", None).await.expect("branch");
+    let mut feature = KeyedTable::open_branch(&uri, "feature").await.expect("keyed feature");
     let mut main = KeyedTable::open(&uri).await.expect("keyed main");
     let fv = feature.insert(vec![named(&[50, 51], "f")]).await.expect("feature").version;
     let mv = main.insert(vec![named(&[51], "m")]).await.expect("main").version;
@@ -172,8 +172,8 @@ async fn the_same_upsert_on_both_sides_merges_and_a_different_one_conflicts() {
     let uri = temp_uri(&dir);
     KeyedTable::create(&uri, vec![rows(&(1..=10).collect::<Vec<_>>())], &["id"]).await.expect("keyed table");
     let b = Branches::new(&uri);
-    let physical = b.create("feature", "main", None).await.expect("branch");
-    let mut feature = KeyedTable::open_branch(&uri, &physical).await.expect("keyed feature");
+    b.create("feature", "main", None).await.expect("branch");
+    let mut feature = KeyedTable::open_branch(&uri, "feature").await.expect("keyed feature");
     let mut main = KeyedTable::open(&uri).await.expect("keyed main");
     let fv = feature.upsert(vec![named(&[5], "same")]).await.expect("feature upsert").version;
     let mv = main.upsert(vec![named(&[5], "same")]).await.expect("main upsert").version;
