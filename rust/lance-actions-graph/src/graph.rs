@@ -8,18 +8,13 @@ use crate::schema::{GraphSchema, TypeDef};
 use crate::table::{self, Landed, TableWrite};
 use crate::validate::{ChangeSet, Snapshot, validate};
 use crate::value::{Row, row_id};
+use lance_actions_commit::retry::RetryPolicy;
 
-/// How many times a write or merge re-runs when its branch moves under it.
-pub const MAX_ATTEMPTS: usize = 16;
-
-/// Wait before re-running attempt `attempt` (full jitter, doubling from 5 ms, capped), so racing
-/// writers of one branch spread out instead of colliding again.
-pub(crate) async fn backoff(attempt: usize) {
-    if attempt > 1 {
-        let cap = 5u64 << (attempt - 2).min(6);
-        let ms = rand::random_range(0..=cap);
-        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-    }
+/// How a write or merge re-runs when its branch moves under it: the project's one retry policy,
+/// 16 attempts with full-jitter backoff doubling from 5 ms, so racing writers of one branch spread
+/// out instead of colliding again.
+pub(crate) fn retry_policy() -> RetryPolicy {
+    RetryPolicy::new(16, std::time::Duration::from_millis(5))
 }
 
 /// A graph rooted at a directory.
@@ -139,8 +134,8 @@ impl Graph {
     /// current version, landed table by table, then published with one manifest commit.
     pub async fn write(&self, branch: &str, ops: Vec<WriteOp>) -> Result<WriteReport> {
         let plan = self.plan_write(&ops)?;
-        for attempt in 1..=MAX_ATTEMPTS {
-            backoff(attempt).await;
+        let mut attempts = retry_policy().attempts();
+        while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let head = view.head(branch)?.clone();
             let snap = self.snapshot(&head).await?;
@@ -163,7 +158,7 @@ impl Graph {
                 false => continue,
             }
         }
-        Err(Error::Contention { branch: branch.into(), what: "write".into(), attempts: MAX_ATTEMPTS })
+        Err(Error::Contention { branch: branch.into(), what: "write".into(), attempts: attempts.made() })
     }
 
     /// Group the ops by type, refusing unknown types and an id named twice in one write.
@@ -281,8 +276,8 @@ impl Graph {
     /// Build a BTree index on `id` in every type's table on `branch`, published as one graph
     /// version (maintenance: keyed writes and merges then take Lance's indexed paths).
     pub async fn index_keys(&self, branch: &str) -> Result<WriteReport> {
-        for attempt in 1..=MAX_ATTEMPTS {
-            backoff(attempt).await;
+        let mut attempts = retry_policy().attempts();
+        while let Some(attempt) = attempts.next().await {
             let head = self.view().await?.head(branch)?.clone();
             let mut tables = head.tables.clone();
             let mut interfered = false;
@@ -311,7 +306,7 @@ impl Graph {
                 return Ok(WriteReport { commit: commit.id, attempts: attempt });
             }
         }
-        Err(Error::Contention { branch: branch.into(), what: "index build".into(), attempts: MAX_ATTEMPTS })
+        Err(Error::Contention { branch: branch.into(), what: "index build".into(), attempts: attempts.made() })
     }
 
     /// Every row of a type on a branch, ordered by id.

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::conflict::{Conflict, ConflictKind};
 use crate::delta::{SideDelta, side_delta};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, MAX_ATTEMPTS};
+use crate::graph::{Graph, retry_policy};
 use crate::manifest::{self, GraphCommit, ManifestView};
 use crate::schema::TypeDef;
 use crate::table::{self, TableWrite};
@@ -194,8 +194,8 @@ impl Graph {
         if source == target {
             return Err(Error::SameBranch { name: source.to_string() });
         }
-        for attempt in 1..=MAX_ATTEMPTS {
-            crate::graph::backoff(attempt).await;
+        let mut attempts = retry_policy().attempts();
+        while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let s_head = view.head(source)?.clone();
             let t_head = view.head(target)?.clone();
@@ -261,7 +261,7 @@ impl Graph {
                 return Ok(report);
             }
         }
-        Err(Error::Contention { branch: target.into(), what: "merge".into(), attempts: MAX_ATTEMPTS })
+        Err(Error::Contention { branch: target.into(), what: "merge".into(), attempts: attempts.made() })
     }
 
     /// Classify every type and validate the merged candidate.

@@ -23,5 +23,6 @@ mod write;
 pub use chunk::ChunkLimits;
 pub use error::{ConflictCause, Error, KeySample, Result};
 pub use key::KeySpec;
+pub use lance_actions_commit::retry::RetryPolicy;
 pub use migrate::{MigrationReport, migrate};
 pub use table::{KeyedTable, KeylessTable, WriteOptions, WriteOutcome};

@@ -33,7 +33,7 @@ use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 
 use crate::error::{Error, LanceContext, Result};
 use crate::key::{check_key_type, sample};
-use crate::table::{PK_METADATA_KEY, PK_POSITION_METADATA_KEY};
+use crate::table::{PK_METADATA_KEY, PK_POSITION_METADATA_KEY, WriteOptions};
 
 /// What the migration did to one branch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +162,6 @@ async fn scan_keys(head: &Dataset, key: &[String]) -> Result<(usize, usize, Vec<
 }
 
 /// How many times one branch is verified and installed again when rows change under the migration.
-const MAX_ATTEMPTS: usize = 8;
 
 /// Install the key on a branch whose `head` was verified. Both steps read the rows that were
 /// verified (the schema step its nullability claim, the class step every row), so a concurrent
@@ -176,8 +175,9 @@ async fn install_verified(
     mut rows: usize,
 ) -> Result<(BranchStep, usize)> {
     let mut last = String::new();
-    for attempt in 0..MAX_ATTEMPTS {
-        if attempt > 0 {
+    let mut attempts = WriteOptions::default().retry.attempts();
+    while let Some(attempt) = attempts.next().await {
+        if attempt > 1 {
             head = open_branch(main, branch).await?;
             rows = verify_branch(&head, branch, key).await?;
         }
@@ -186,7 +186,7 @@ async fn install_verified(
             other => return other.map(|step| (step, rows)),
         }
     }
-    Err(Error::Contention { attempts: MAX_ATTEMPTS, last })
+    Err(Error::Contention { attempts: attempts.made(), last })
 }
 
 /// Install the key and the class on one branch head, skipping what is already there.

@@ -12,6 +12,7 @@ use lance_actions::table_class::{
     self, FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, KEYLESS_APPEND_ONLY, TABLE_CLASS_KEY, TableClass,
 };
 use lance_actions_commit::branch_names;
+use lance_actions_commit::retry::RetryPolicy;
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
 use crate::chunk::ChunkLimits;
@@ -28,16 +29,15 @@ pub const PK_POSITION_METADATA_KEY: &str = "lance-schema:unenforced-primary-key:
 /// How hard a write tries before giving up, and how big each staged chunk may be.
 #[derive(Debug, Clone)]
 pub struct WriteOptions {
-    /// Logical attempts (each re-reads the table, re-validates and re-stages). Default 8.
-    pub max_attempts: usize,
+    /// Logical attempts (each re-reads the table, re-validates and re-stages) and the backoff
+    /// between them: the project's one retry policy. Default 8 attempts, a 5 ms first step.
+    pub retry: RetryPolicy,
     pub chunk: ChunkLimits,
-    /// First backoff step between logical attempts; doubles with full jitter.
-    pub backoff: Duration,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        Self { max_attempts: 8, chunk: ChunkLimits::default(), backoff: Duration::from_millis(5) }
+        Self { retry: RetryPolicy::new(8, Duration::from_millis(5)), chunk: ChunkLimits::default() }
     }
 }
 
@@ -331,7 +331,8 @@ impl KeylessTable {
         let options = WriteOptions::default();
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut last = String::new();
-        for attempt in 1..=options.max_attempts {
+        let mut attempts = options.retry.attempts();
+        while let Some(attempt) = attempts.next().await {
             let mut latest = (*self.dataset).clone();
             latest.checkout_latest().await.lance("reading the latest version")?;
             let latest = Arc::new(latest);
@@ -351,6 +352,6 @@ impl KeylessTable {
                 Attempt::Again(why) => last = why,
             }
         }
-        Err(Error::Contention { attempts: options.max_attempts, last })
+        Err(Error::Contention { attempts: attempts.made(), last })
     }
 }

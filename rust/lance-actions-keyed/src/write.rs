@@ -22,7 +22,6 @@ use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
 use lance_table::format::key_existence::{KeyExistenceFilter, KeyValue};
-use rand::Rng;
 
 use crate::error::{ConflictCause, Error, Result};
 use crate::key::{duplicates, sample};
@@ -62,8 +61,8 @@ impl KeyedTable {
         let rows = keys.len() as u64;
         let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
         let mut last = String::new();
-        for attempt in 1..=self.options.max_attempts {
-            self.pause_before(attempt).await;
+        let mut attempts = self.options.retry.attempts();
+        while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
             self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
@@ -84,7 +83,7 @@ impl KeyedTable {
                 }
             }
         }
-        Err(Error::Contention { attempts: self.options.max_attempts, last })
+        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from
@@ -126,8 +125,8 @@ impl KeyedTable {
         let rows = self.unique_keys(&batches)?.len() as u64;
         let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
         let mut last = String::new();
-        for attempt in 1..=self.options.max_attempts {
-            self.pause_before(attempt).await;
+        let mut attempts = self.options.retry.attempts();
+        while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
             let mut txn = stage::overwrite(&self.dataset, batches.clone()).await?;
@@ -140,7 +139,7 @@ impl KeyedTable {
                 Attempt::Again(why) => last = why,
             }
         }
-        Err(Error::Contention { attempts: self.options.max_attempts, last })
+        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     async fn merge(&mut self, batches: Vec<RecordBatch>, kind: Merge) -> Result<WriteOutcome> {
@@ -164,8 +163,8 @@ impl KeyedTable {
     async fn merge_chunk(&mut self, chunk: Vec<RecordBatch>, kind: Merge, outcome: &mut WriteOutcome) -> Result<()> {
         let keys = self.key.keys_of_all(&chunk)?;
         let mut last = String::new();
-        for attempt in 1..=self.options.max_attempts {
-            self.pause_before(attempt).await;
+        let mut attempts = self.options.retry.attempts();
+        while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
             let (matched, not_matched) = kind.behaviour();
@@ -194,13 +193,13 @@ impl KeyedTable {
                 Attempt::Again(why) => last = why,
             }
         }
-        Err(Error::Contention { attempts: self.options.max_attempts, last })
+        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     async fn delete_chunk(&mut self, predicate: &str, outcome: &mut WriteOutcome) -> Result<()> {
         let mut last = String::new();
-        for attempt in 1..=self.options.max_attempts {
-            self.pause_before(attempt).await;
+        let mut attempts = self.options.retry.attempts();
+        while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
             let staged = stage::delete_where(&self.dataset, predicate).await?;
@@ -220,7 +219,7 @@ impl KeyedTable {
                 Attempt::Again(why) => last = why,
             }
         }
-        Err(Error::Contention { attempts: self.options.max_attempts, last })
+        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     /// Attach what the merge declares it may insert. Lance's own filter (inserted keys only) stays
@@ -287,17 +286,6 @@ impl KeyedTable {
         outcome.version = report.version;
         outcome.commits.push(report);
         self.dataset = Arc::new(dataset);
-    }
-
-    /// Backoff with full jitter before a re-run, so racing writers spread out.
-    async fn pause_before(&self, attempt: usize) {
-        if attempt <= 1 {
-            return;
-        }
-        let steps = 1u32 << (attempt - 2).min(6);
-        let max = self.options.backoff * steps;
-        let pause = max.mul_f64(rand::rng().random::<f64>());
-        tokio::time::sleep(pause).await;
     }
 }
 

@@ -18,6 +18,7 @@ pub mod remap;
 pub mod replay;
 
 pub use error::{Error, Result};
+pub use lance_actions_commit::retry::RetryPolicy;
 pub use names::Branches;
 pub use ops::{Outcome, ReplayOptions};
 pub use replay::{Conflict, Landed};

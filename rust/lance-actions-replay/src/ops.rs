@@ -10,18 +10,22 @@ use crate::lineage::{Chain, Lineage, chain_name, open_chain};
 use crate::names::{Branches, Pins, Retirement, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
 use lance_actions_commit::hooks;
+use lance_actions_commit::retry::RetryPolicy;
+use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     /// Plan and report, write nothing.
     pub dry_run: bool,
-    /// Attempts per replayed commit when writers keep landing on the target.
-    pub max_attempts: usize,
+    /// Attempts per replayed commit when writers keep landing on the target (and per rewrite when
+    /// writers keep landing on the branch being rewritten), with the backoff between them: the
+    /// project's one retry policy. Default 8 attempts, a 5 ms first step.
+    pub retry: RetryPolicy,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { dry_run: false, max_attempts: 8 }
+        Self { dry_run: false, retry: RetryPolicy::new(8, Duration::from_millis(5)) }
     }
 }
 
@@ -97,7 +101,7 @@ async fn run(session: &mut Session, options: &ReplayOptions) -> Result<Run> {
     }
     // A convergent commit writes nothing, not even the bases its replay would have needed.
     session.pending.retain(|s| !planned.converged.contains(&s.version));
-    Ok(match session.execute(options.max_attempts).await? {
+    Ok(match session.execute(&options.retry).await? {
         Ok(done) => Run::Done(done.landed, with_converged(planned.converged, done.converged)),
         Err((done, conflicts)) => Run::Conflicted(conflicts, done.landed),
     })
@@ -212,9 +216,10 @@ impl Branches {
     /// Build the rewritten branch on a fresh physical branch from the old one's head as read now,
     /// then retire the old one at exactly that head (the compare-and-swap) and point the name at
     /// the fresh one. A write that landed on the old branch meanwhile makes the rewrite start over
-    /// from the new head (so it is carried over), at most `options.max_attempts` times.
+    /// from the new head (so it is carried over), as often as `options.retry` allows.
     async fn rewrite(&self, branch: &str, options: &ReplayOptions, how: Rewrite) -> Result<Outcome> {
-        for _ in 0..options.max_attempts.max(1) {
+        let mut attempts = options.retry.attempts();
+        while attempts.next().await.is_some() {
             let mut root = self.root().await?;
             let old = Self::resolve_in(&root, branch).await?.ok_or_else(|| Error::Main { what: how.verb().into() })?;
             let expected = self.mapped(branch).await?;
@@ -267,7 +272,7 @@ impl Branches {
         }
         Err(Error::Contention {
             branch: branch.to_string(),
-            attempts: options.max_attempts,
+            attempts: attempts.made(),
             last: format!("writers kept landing on '{branch}' during the {}", how.verb()),
         })
     }

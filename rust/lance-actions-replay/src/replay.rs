@@ -29,6 +29,7 @@ use crate::provenance::{self, known_transactions, new_fragment_ids, origins};
 use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
 use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
+use lance_actions_commit::retry::RetryPolicy;
 
 /// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
 #[derive(Debug, Clone)]
@@ -469,13 +470,13 @@ impl Session {
     /// first replay from a location needs); a convergent one is skipped (`Plan::converged`). Stops
     /// at the first conflicting commit; what landed before it stays (each replay is atomic, the
     /// sequence is not).
-    pub async fn execute(&mut self, max_attempts: usize) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
+    pub async fn execute(&mut self, retry: &RetryPolicy) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
         let mut done = Plan::default();
         let pending = std::mem::take(&mut self.pending);
         for (i, step) in pending.iter().enumerate() {
             // Later steps are still pending for the peer filter: their replays are ours.
             self.pending = pending[i..].to_vec();
-            match self.execute_step(step, max_attempts).await? {
+            match self.execute_step(step, retry).await? {
                 Ok(Some(l)) => done.landed.push(l),
                 Ok(None) => done.converged.push(step.version),
                 Err(c) => return Ok(Err((done, c))),
@@ -492,10 +493,10 @@ impl Session {
     async fn execute_step(
         &mut self,
         step: &SourceCommit,
-        max_attempts: usize,
+        retry: &RetryPolicy,
     ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
         let pinned = self.pin(step).await?;
-        let result = self.pinned_step(step, max_attempts).await;
+        let result = self.pinned_step(step, retry).await;
         if pinned && !matches!(result, Ok(Ok(Some(_)))) {
             // Best effort: a pin left behind keeps files, it never loses them.
             let _ = self.root.tags().delete(&graft_tag(&self.target, &step.chain, step.version)).await;
@@ -506,7 +507,7 @@ impl Session {
     async fn pinned_step(
         &mut self,
         step: &SourceCommit,
-        max_attempts: usize,
+        retry: &RetryPolicy,
     ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
         // A delete of the source retires it before it looks for pins: either it sees ours, or we
         // see its retirement here and stop before grafting files it is about to delete.
@@ -520,22 +521,27 @@ impl Session {
         }
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
         let mut last = String::new();
-        let (mut attempts, mut grafts) = (0, 0);
-        while attempts < max_attempts.max(1) {
-            // Read the head first, then look for a replay of the same commit: one that landed
-            // up to this head is adopted; one that lands after it is a peer of our commit, and
-            // the replay claim in the context makes the two conflict.
-            let target = Arc::new(open_chain(&self.root, &self.target).await?);
-            let head = table_state(&target).await?;
-            let history = self.target_history().await?;
-            if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
-                return Ok(Ok(Some(self.record_landed(step, &done.chain, done.version).await?)));
-            }
-            let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
-            if !bases.is_empty() {
-                // Adding the bases is not an attempt at the replay itself, but it is bounded.
+        let mut grafts = 0;
+        let mut attempts = retry.attempts();
+        while attempts.next().await.is_some() {
+            // Bind on the current head, first adding the bases the replay needs (bounded, and not
+            // an attempt at the replay itself).
+            let (target, head, history, txn) = loop {
+                // Read the head first, then look for a replay of the same commit: one that landed
+                // up to this head is adopted; one that lands after it is a peer of our commit, and
+                // the replay claim in the context makes the two conflict.
+                let target = Arc::new(open_chain(&self.root, &self.target).await?);
+                let head = table_state(&target).await?;
+                let history = self.target_history().await?;
+                if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
+                    return Ok(Ok(Some(self.record_landed(step, &done.chain, done.version).await?)));
+                }
+                let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
+                if bases.is_empty() {
+                    break (target, head, history, txn);
+                }
                 grafts += 1;
-                if grafts > max_attempts.max(1) {
+                if grafts > retry.max_attempts() {
                     return Err(Error::Contention {
                         branch: chain_name(&self.target).into(),
                         attempts: grafts,
@@ -543,9 +549,7 @@ impl Session {
                     });
                 }
                 self.add_bases(&target, bases).await?;
-                continue;
-            }
-            attempts += 1;
+            };
             let (peers, facts) = self.peers_from(history).await?;
             let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
             // The key probe at this head; writers landing after it are fenced by the driver.
@@ -575,7 +579,7 @@ impl Session {
                 Err(source) => return Err(Error::Commit { source }),
             }
         }
-        Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: max_attempts, last })
+        Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: attempts.made(), last })
     }
 
     /// The step landed at `version` of `chain` (ours, or a concurrent replay of the same commit):

@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::time::Duration;
 
-use lance_actions_keyed::{Error, KeyedTable, WriteOptions};
+use lance_actions_keyed::{Error, KeyedTable, RetryPolicy, WriteOptions};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -224,7 +225,8 @@ async fn racing_upserts_converge_last_writer_wins_per_key() {
                 for seq in 0..5i64 {
                     let ids = pick(&mut rng, &pool);
                     let v = w * 1_000 + seq;
-                    let options = WriteOptions { max_attempts: 32, ..Default::default() };
+                    let options =
+                        WriteOptions { retry: RetryPolicy::new(32, Duration::from_millis(5)), ..Default::default() };
                     let mut table = KeyedTable::open(&uri).await.expect("open").with_options(options);
                     match table.upsert(vec![rows(&ids, v)]).await {
                         Ok(out) => log.push((out.version, ids, v)),
