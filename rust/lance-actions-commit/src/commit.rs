@@ -245,10 +245,12 @@ impl ActionCommit {
         let uri = self.dataset.uri().to_string();
         let refuse = |detail: String| CommitError::CommitHandler { uri: uri.clone(), detail };
         let handler = commit_handler_from_url(&uri, &None).await.map_err(|e| refuse(e.to_string()))?;
+        // The dataset's handler is asked first: a writer landing between the two reads can only
+        // raise what the uri's handler sees afterwards, never lower it.
+        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
         let base_path = self.dataset.branch_location().path;
         let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
         let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
-        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
         // Our own handler must not see fewer versions than the dataset's (then it would let us write
         // a version the dataset's handler already holds); more is a writer landing in between.
         if seen.version < own {
