@@ -410,21 +410,22 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 }
 
 /// Rows a caller declared deleted are checked against the staged deletion files: declared must
-/// equal staged - base. Where they differ (or the files cannot tell), the declared rows are dropped
-/// and rebase works from the files, which are what the commit will make visible.
+/// equal staged - base. Where they differ, the rows the files show replace them (the files are what
+/// the commit will make visible); where the files cannot tell, the declared rows are dropped.
+/// A vector the caller already rebased and marked for union (a replay resolved by its own driver
+/// run) carries rows that its deletion file, from another branch, cannot confirm: it is left as is.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts) {
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
-        let Some(declared) = u.affected_rows.take() else { continue };
-        let staged = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
+        if u.merge_with_head || u.affected_rows.is_none() {
+            continue;
+        }
+        u.affected_rows = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
             None,
             &u.fragment,
             base.fragment(u.fragment.id),
             facts,
         );
-        if staged.as_ref() == Some(&declared) {
-            u.affected_rows = Some(declared);
-        }
     }
 }
 
