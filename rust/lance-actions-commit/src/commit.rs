@@ -245,12 +245,11 @@ impl ActionCommit {
         let uri = self.dataset.uri().to_string();
         let refuse = |detail: String| CommitError::CommitHandler { uri: uri.clone(), detail };
         let handler = commit_handler_from_url(&uri, &None).await.map_err(|e| refuse(e.to_string()))?;
+        // The dataset's handler is asked first: a writer landing between the two reads can only
+        // raise what the uri's handler sees afterwards, never lower it.
+        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
         let base_path = self.dataset.branch_location().path;
         let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
-        // The dataset's handler first, ours second: a writer landing between the two reads can only
-        // make ours see more, never fewer (read the other way round, that race looked like a
-        // handler that misses versions).
-        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
         let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
         // Our own handler must not see fewer versions than the dataset's (then it would let us write
         // a version the dataset's handler already holds); more is a writer landing in between.
@@ -412,26 +411,22 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 }
 
 /// Rows a caller declared deleted are checked against the staged deletion files: declared must
-/// equal staged - base. Where they differ (or the files cannot tell), the declared rows are dropped
-/// and rebase works from the files, which are what the commit will make visible. A change marked
-/// `merge_with_head` (a replay's, re-derived on the target) has no staged file yet: the commit writes
-/// its file from exactly the declared rows, so there is nothing for them to disagree with.
+/// equal staged - base. Where they differ, the rows the files show replace them (the files are what
+/// the commit will make visible); where the files cannot tell, the declared rows are dropped.
+/// A vector the caller already rebased and marked for union (a replay resolved by its own driver
+/// run) carries rows that its deletion file, from another branch, cannot confirm: it is left as is.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts) {
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
-        if u.merge_with_head {
+        if u.merge_with_head || u.affected_rows.is_none() {
             continue;
         }
-        let Some(declared) = u.affected_rows.take() else { continue };
-        let staged = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
+        u.affected_rows = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(
             None,
             &u.fragment,
             base.fragment(u.fragment.id),
             facts,
         );
-        if staged.as_ref() == Some(&declared) {
-            u.affected_rows = Some(declared);
-        }
     }
 }
 
