@@ -117,11 +117,26 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Message(message)) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", without_source_locations(&message));
             ExitCode::FAILURE
         }
         Err(Failure::Reported { code }) => ExitCode::from(code),
     }
+}
+
+/// A message for users: Lance's errors end with the source locations they were raised at
+/// (`…, /root/.cargo/registry/…/object_reader.rs:335:56`), which say nothing to a user; they are
+/// dropped, the rest of the message is kept as it is.
+pub fn without_source_locations(message: &str) -> String {
+    message.split(", ").filter(|part| !is_source_location(part)).collect::<Vec<_>>().join(", ")
+}
+
+/// `path/file.rs:LINE:COLUMN`, possibly followed by more text on the next line.
+fn is_source_location(part: &str) -> bool {
+    let first_line = part.lines().next().unwrap_or("").trim();
+    let Some(at) = first_line.rfind(".rs:") else { return false };
+    let numbers: Vec<&str> = first_line[at + 4..].split(':').collect();
+    numbers.len() == 2 && numbers.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Open a dataset, or explain in one line why not.
@@ -137,4 +152,23 @@ pub async fn open(uri: &str) -> Result<std::sync::Arc<lance::Dataset>, String> {
 
 pub fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_source_locations;
+
+    #[test]
+    fn lance_source_locations_are_dropped_from_user_messages() {
+        let raw = "reading node:Person: LanceError(IO): Not found: /g/t.lance/data/x.lance, \
+                   /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/lance-io-14.0.2/src/object_reader.rs:335:56, \
+                   /rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/ops/function.rs:250:5";
+        assert_eq!(
+            without_source_locations(raw),
+            "reading node:Person: LanceError(IO): Not found: /g/t.lance/data/x.lance"
+        );
+        // Nothing else is touched: commas, versions, paths that are not source locations.
+        let plain = "no branch named 'featur'; known branches: main, feature (v3, v4.rs:x)";
+        assert_eq!(without_source_locations(plain), plain);
+    }
 }

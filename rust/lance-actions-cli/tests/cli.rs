@@ -1006,3 +1006,57 @@ fn graph_commands_merge_with_conflicts_as_data() {
     assert!(!ok && err.contains("unknown type 'decimal'"), "{err}");
     assert_eq!(run(&["graph", "export", root, "--type", "Person"]).1, before, "a refused write changed the graph");
 }
+
+/// A graph made with a relative root (issue 9, item 8, for the graph layer): the per-type Lance
+/// branches a graph branch creates must record absolute locations, so the graph reads the same from
+/// any other working directory, by us and by pylance.
+#[test]
+fn a_graph_made_with_a_relative_root_reads_from_anywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    let write = |name: &str, text: &str| std::fs::write(work.join(name), text).expect("write");
+    write("schema.json", r#"{"nodes": {"Person": {"properties": {"name": "string"}}}}"#);
+    write("seed.jsonl", "{\"id\": \"p1\", \"name\": \"a\"}\n");
+    write("more.jsonl", "{\"id\": \"p2\", \"name\": \"b\"}\n");
+    for args in [
+        vec!["graph", "init", "g", "--schema", "schema.json"],
+        vec!["graph", "insert", "g", "--type", "Person", "--input", "seed.jsonl"],
+        vec!["graph", "branch", "create", "g", "feature"],
+        vec!["graph", "insert", "g", "--type", "Person", "--input", "more.jsonl", "--branch", "feature"],
+        vec!["graph", "merge", "g", "--from", "feature", "--into", "main"],
+    ] {
+        let (code, out, err) = run_in(&work, &args);
+        assert_eq!(code, Some(0), "{args:?}: {out} {err}");
+    }
+    // From another directory, by absolute root: both branches read in full.
+    let root = work.join("g");
+    let root = root.to_str().expect("utf-8");
+    for branch in ["feature", "main"] {
+        let (code, out, err) =
+            run_in(Path::new("/"), &["graph", "export", root, "--type", "Person", "--branch", branch]);
+        assert_eq!(code, Some(0), "{branch}: {err}");
+        assert_eq!(out.lines().count(), 2, "{branch}: {out}");
+    }
+    // Every base path in every per-type table's manifests (main and its Lance branches) is absolute.
+    let python = pylance();
+    let code = format!(
+        "import lance, os\n\
+         root = {root:?}\n\
+         n = 0\n\
+         for t in os.listdir(root):\n\
+         \x20   if not t.endswith('.lance') or t.startswith('_'): continue\n\
+         \x20   ds = lance.dataset(os.path.join(root, t))\n\
+         \x20   for b in [None] + list(ds.branches.list().keys()):\n\
+         \x20       d = ds if b is None else ds.checkout_version((b, None))\n\
+         \x20       d.to_table()\n\
+         \x20       for p in d.base_paths().values():\n\
+         \x20           assert os.path.isabs(p.path), p.path\n\
+         \x20       n += 1\n\
+         print(n)\n"
+    );
+    let out = Command::new(&python).current_dir("/").args(["-c", &code]).output().expect("pylance");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let opened: usize = String::from_utf8_lossy(&out.stdout).trim().parse().expect("count");
+    assert!(opened >= 2, "main and the branch of the Person table were read: {opened}");
+}

@@ -13,6 +13,7 @@ pub mod facts;
 pub mod history;
 pub mod hooks;
 pub mod judge;
+pub mod location;
 pub mod oracle;
 pub mod presence;
 pub mod retry;

@@ -8,6 +8,7 @@ use crate::schema::{GraphSchema, TypeDef};
 use crate::table::{self, Landed, TableWrite};
 use crate::validate::{ChangeSet, Snapshot, validate};
 use crate::value::{Row, row_id};
+use lance_actions_commit::location::absolute_uri;
 use lance_actions_commit::retry::RetryPolicy;
 
 /// How a write or merge re-runs when its branch moves under it: the project's one retry policy,
@@ -63,6 +64,8 @@ impl Graph {
     /// Create a graph at `root` with the schema file's text: one empty keyed table per type, the
     /// manifest, and the first graph commit on `main`.
     pub async fn init(root: &str, schema_text: &str) -> Result<Graph> {
+        // Lance records a branch's parent root as given: a relative root would only read from here.
+        let root = &absolute_uri(root);
         let schema = GraphSchema::parse(schema_text)?;
         if std::path::Path::new(&manifest::manifest_uri(root)).exists() {
             return Err(Error::GraphExists { root: root.to_string() });
@@ -80,6 +83,7 @@ impl Graph {
     }
 
     pub async fn open(root: &str) -> Result<Graph> {
+        let root = &absolute_uri(root);
         let view = manifest::read(root).await?;
         let schema = GraphSchema::parse(&view.schema_text)?;
         Ok(Graph { root: root.to_string(), schema })

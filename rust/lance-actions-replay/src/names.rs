@@ -314,18 +314,7 @@ fn retirement_txn(successor: Option<&str>) -> ActionTxn {
     ActionTxn::new(OperationKind::UpdateConfig, vec![update.into()])
 }
 
-/// A local path made absolute (and canonical when it exists); a URI with a scheme as it is.
-pub fn absolute_uri(uri: &str) -> String {
-    if uri.contains("://") {
-        return uri.to_string();
-    }
-    let path = std::path::Path::new(uri);
-    let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path));
-    match absolute.ok().and_then(|p| p.to_str().map(String::from)) {
-        Some(p) => p,
-        None => uri.to_string(),
-    }
-}
+pub use lance_actions_commit::location::absolute_uri;
 
 /// Which graft pins of a branch to release.
 #[derive(Clone, Copy, PartialEq, Eq)]
