@@ -77,7 +77,7 @@ impl Graph {
             tables.insert(t.name.clone(), TableRef { branch: "main".into(), version, owner: "main".into() });
         }
         manifest::create(root, schema_text).await?;
-        let commit = GraphCommit { id: manifest::new_id(), parents: vec![], branch: "main".into(), seq: 0, tables };
+        let commit = GraphCommit::new("main", vec![], tables);
         publish_or_err(root, "main", None, &commit, true).await?;
         Ok(Graph { root: root.to_string(), schema })
     }
@@ -150,13 +150,7 @@ impl Graph {
             }
             let writes: BTreeMap<String, TableWrite> = plan.iter().map(|(t, w)| (t.clone(), w.clone())).collect();
             let Some(tables) = self.land(&head, branch, &writes).await? else { continue };
-            let commit = GraphCommit {
-                id: manifest::new_id(),
-                parents: vec![head.id.clone()],
-                branch: branch.into(),
-                seq: 0,
-                tables,
-            };
+            let commit = GraphCommit::new(branch, vec![head.id.clone()], tables);
             match self.publish(branch, &head.id, &commit).await? {
                 true => return Ok(WriteReport { commit: commit.id, attempts: attempt }),
                 false => continue,
@@ -299,13 +293,7 @@ impl Graph {
             if interfered {
                 continue;
             }
-            let commit = GraphCommit {
-                id: manifest::new_id(),
-                parents: vec![head.id.clone()],
-                branch: branch.into(),
-                seq: 0,
-                tables,
-            };
+            let commit = GraphCommit::new(branch, vec![head.id.clone()], tables);
             if self.publish(branch, &head.id, &commit).await? {
                 return Ok(WriteReport { commit: commit.id, attempts: attempt });
             }

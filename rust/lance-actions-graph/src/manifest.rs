@@ -53,6 +53,12 @@ pub struct GraphCommit {
 }
 
 impl GraphCommit {
+    /// A new commit on `branch` with these parents (its sequence number is set when it is
+    /// published).
+    pub fn new(branch: &str, parents: Vec<String>, tables: BTreeMap<String, TableRef>) -> Self {
+        GraphCommit { id: new_id(), parents, branch: branch.to_string(), seq: 0, tables }
+    }
+
     pub fn to_json(&self) -> Json {
         let tables: serde_json::Map<String, Json> = self
             .tables

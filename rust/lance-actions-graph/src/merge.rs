@@ -249,13 +249,7 @@ impl Graph {
             for name in &staged.adopted {
                 tables.insert(name.clone(), s_head.tables[name].clone());
             }
-            let commit = GraphCommit {
-                id: manifest::new_id(),
-                parents: vec![t_head.id.clone(), s_head.id.clone()],
-                branch: target.into(),
-                seq: 0,
-                tables,
-            };
+            let commit = GraphCommit::new(target, vec![t_head.id.clone(), s_head.id.clone()], tables);
             if self.publish(target, &t_head.id, &commit).await? {
                 report.commit = Some(commit.id);
                 return Ok(report);

@@ -101,19 +101,8 @@ pub fn hash_key(key: &KeyValue) -> u64 {
     lance_actions::keys::hash_key_bytes(&key.to_bytes())
 }
 
-/// A key as a user reads it: strings as they are, numbers in decimal, bytes in hex, composite keys
-/// as a parenthesised tuple.
-pub fn display_key(key: &KeyValue) -> String {
-    match key {
-        KeyValue::String(s) => s.clone(),
-        KeyValue::Int64(v) => v.to_string(),
-        KeyValue::UInt64(v) => v.to_string(),
-        KeyValue::Binary(b) => b.iter().map(|x| format!("{x:02x}")).collect(),
-        KeyValue::List(parts) | KeyValue::Struct(parts) | KeyValue::Composite(parts) => {
-            format!("({})", parts.iter().map(display_key).collect::<Vec<_>>().join(", "))
-        }
-    }
-}
+/// A key as a user reads it (one definition, shared with replay's key probe).
+pub use lance_actions_commit::presence::display_key;
 
 /// Keys that occur more than once, each reported once, in first-occurrence order.
 pub fn duplicates(keys: &[KeyValue]) -> Vec<KeyValue> {
