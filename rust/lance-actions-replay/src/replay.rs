@@ -241,12 +241,13 @@ impl Session {
     /// Give each deletion-vector change of commit `c` the rows that commit deleted: its vector minus
     /// the vector at the version before. Without them a commit's rows would be read as everything
     /// deleted since the merge base, and a later commit would be blamed for an earlier one's rows.
+    /// Rows the commit's encoded action list declares are replaced, never trusted: an older build
+    /// or a foreign writer copying our encoding may declare fewer rows than its deletion file
+    /// deletes, and the replay (whose commit merges with the head's vector without re-checking
+    /// declared rows) would then bring those rows back on the target.
     async fn fill_deleted_rows(&self, c: &Commit, actions: &mut ActionTxn) -> Result<()> {
-        let needs_rows = actions
-            .actions
-            .iter()
-            .any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.affected_rows.is_none()));
-        if !needs_rows {
+        let changes_vectors = actions.actions.iter().any(|a| matches!(a, AnyAction::UpdateDeletionVector(_)));
+        if !changes_vectors {
             return Ok(());
         }
         let after = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
@@ -254,9 +255,6 @@ impl Session {
             Arc::new(after.checkout_version(c.version - 1).await.lance(format!("opening version {}", c.version - 1))?);
         for action in actions.actions.iter_mut() {
             let AnyAction::UpdateDeletionVector(u) = action else { continue };
-            if u.affected_rows.is_some() {
-                continue;
-            }
             let now = deleted_rows(&after, &u.fragment).await?;
             let was = match before.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
                 Some(f) => deleted_rows(&before, f).await?,
