@@ -371,3 +371,31 @@ async fn a_replay_that_landed_and_then_failed_keeps_its_pin() {
     let tags = Dataset::open(&uri).await.expect("open").tags().list().await.expect("tags");
     assert!(tags.keys().any(|t| t.starts_with("graft-")), "the pin is kept: {tags:?}");
 }
+
+/// The old branch's retirement into the fresh one lands, but the rewrite is not told so (an answer
+/// lost to the commit loop, a status it cannot know): simulated by landing that very retirement
+/// just before the rewrite's own. The rewrite must finish the swap, not discard the fresh branch
+/// the old one now names: before, it force-deleted it and the branch name led to a deleted branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebase_whose_retirement_landed_unannounced_keeps_the_fresh_branch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 103)).await;
+    append(&b, "main", &range(10, 12)).await;
+    let old = b.resolve("feature").await.expect("resolve").expect("physical");
+    let (hook_uri, hook_old) = (uri.clone(), old.clone());
+    hooks::register("rewrite:before-swap", b.uri(), move || async move {
+        let root = Dataset::open(&hook_uri).await.expect("open");
+        let branches = root.list_branches().await.expect("branches");
+        let fresh = branches.keys().find(|n| n.starts_with("feature") && **n != hook_old).expect("fresh").clone();
+        let mut at = root.checkout_branch(&hook_old).await.expect("old");
+        at.update_config([(lance_actions::retired::RETIRED_KEY, fresh.as_str())]).await.expect("retire");
+    });
+    let out = b.rebase("feature", "main", &ReplayOptions::default()).await;
+    assert!(matches!(out, Ok(Outcome::Rebased { .. })), "{out:?}");
+    let mut expected: Vec<i64> = range(0, 12).into_iter().chain(range(100, 103)).collect();
+    expected.sort_unstable();
+    assert_eq!(ids(&b, "feature").await, expected, "the name reads the rebased branch");
+}
