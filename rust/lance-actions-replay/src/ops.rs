@@ -9,6 +9,7 @@ use crate::error::{Error, LanceContext, Result};
 use crate::lineage::{Chain, Lineage, chain_name, open_chain};
 use crate::names::{Branches, Pins, Retirement, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
+use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
 use lance_actions_commit::retry::RetryPolicy;
 use std::time::Duration;
@@ -250,7 +251,8 @@ impl Branches {
                 }
             };
             hooks::point("rewrite:before-swap", self.uri()).await;
-            match self.retire(&root, &old, read_head, &fresh).await {
+            let retired = self.retire(&root, &old, read_head, &fresh).await;
+            match settle_retirement(&root, &old, &fresh, retired).await {
                 Ok(Retirement::Done) => {}
                 Ok(Retirement::Moved) => {
                     discard(&root, &fresh).await;
@@ -260,10 +262,12 @@ impl Branches {
                     discard(&root, &fresh).await;
                     return Err(Error::NameRace { name: branch.to_string() });
                 }
-                Err(e) => {
+                Err(Unsettled::DidNotLand(e)) => {
                     discard(&root, &fresh).await;
                     return Err(e);
                 }
+                // The old branch may name the fresh one: keep it (an unused branch costs files only).
+                Err(Unsettled::Unknown(e)) => return Err(e),
             }
             // The retirement decided it; the catalog entry follows (the name already resolves to
             // the fresh branch through the retirement if this step is interrupted).
@@ -341,6 +345,33 @@ impl Rewrite {
             Rewrite::Rebase { .. } => Outcome::Rebased { old_physical, new_physical, landed },
             Rewrite::Squash { .. } => Outcome::Squashed { old_physical, new_physical, landed },
         }
+    }
+}
+
+/// Why a retirement did not settle into `Done`: the old branch is certainly not retired into the
+/// fresh one, or that could not be read.
+enum Unsettled {
+    DidNotLand(Error),
+    Unknown(Error),
+}
+
+/// Whatever `retire` answered, the old branch's head decides: retired into `fresh` means our
+/// retirement landed (only this rewrite knows the fresh name), even when the answer was an error
+/// or a peer's retirement (a lost answer read back as a peer). Discarding the fresh branch then
+/// would leave the old branch naming a deleted successor.
+async fn settle_retirement(
+    root: &Dataset,
+    old: &str,
+    fresh: &str,
+    retired: Result<Retirement>,
+) -> std::result::Result<Retirement, Unsettled> {
+    if matches!(retired, Ok(Retirement::Done)) {
+        return Ok(Retirement::Done);
+    }
+    match retirement(root, old).await {
+        Ok(Some(successor)) if successor == fresh => Ok(Retirement::Done),
+        Ok(_) => retired.map_err(Unsettled::DidNotLand),
+        Err(read) => Err(Unsettled::Unknown(retired.err().unwrap_or_else(|| read.into()))),
     }
 }
 

@@ -241,12 +241,13 @@ impl Session {
     /// Give each deletion-vector change of commit `c` the rows that commit deleted: its vector minus
     /// the vector at the version before. Without them a commit's rows would be read as everything
     /// deleted since the merge base, and a later commit would be blamed for an earlier one's rows.
+    /// Rows the commit's encoded action list declares are replaced, never trusted: an older build
+    /// or a foreign writer copying our encoding may declare fewer rows than its deletion file
+    /// deletes, and the replay (whose commit merges with the head's vector without re-checking
+    /// declared rows) would then bring those rows back on the target.
     async fn fill_deleted_rows(&self, c: &Commit, actions: &mut ActionTxn) -> Result<()> {
-        let needs_rows = actions
-            .actions
-            .iter()
-            .any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.affected_rows.is_none()));
-        if !needs_rows {
+        let changes_vectors = actions.actions.iter().any(|a| matches!(a, AnyAction::UpdateDeletionVector(_)));
+        if !changes_vectors {
             return Ok(());
         }
         let after = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
@@ -254,9 +255,6 @@ impl Session {
             Arc::new(after.checkout_version(c.version - 1).await.lance(format!("opening version {}", c.version - 1))?);
         for action in actions.actions.iter_mut() {
             let AnyAction::UpdateDeletionVector(u) = action else { continue };
-            if u.affected_rows.is_some() {
-                continue;
-            }
             let now = deleted_rows(&after, &u.fragment).await?;
             let was = match before.manifest().fragments.iter().find(|f| f.id == u.fragment.id) {
                 Some(f) => deleted_rows(&before, f).await?,
@@ -488,8 +486,8 @@ impl Session {
 
     /// Replay one commit (`Ok(None)` when it converged: nothing to write). The source version is
     /// pinned before anything can land (so a cleanup of the source between the pin and the commit
-    /// keeps the files the commit will graft), and the pin is released again if our commit does not
-    /// land.
+    /// keeps the files the commit will graft), and the pin is released again only when no replay of
+    /// this commit is on the target.
     async fn execute_step(
         &mut self,
         step: &SourceCommit,
@@ -497,11 +495,23 @@ impl Session {
     ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
         let pinned = self.pin(step).await?;
         let result = self.pinned_step(step, retry).await;
-        if pinned && !matches!(result, Ok(Ok(Some(_)))) {
+        if pinned && !matches!(result, Ok(Ok(Some(_)))) && self.certainly_not_landed(step).await {
             // Best effort: a pin left behind keeps files, it never loses them.
             let _ = self.root.tags().delete(&graft_tag(&self.target, &step.chain, step.version)).await;
         }
         result
+    }
+
+    /// Whether the target's history, read now, holds no commit replaying `step`. A failed step may
+    /// still have landed (the re-pin, the bookkeeping after the commit, or the commit's answer
+    /// failed), and a concurrent replay of the same version may have landed relying on our pin:
+    /// either way the target grafts the source version and the pin must stay. A history that
+    /// cannot be read is not certainty: the pin stays (it keeps files, never loses them).
+    async fn certainly_not_landed(&self, step: &SourceCommit) -> bool {
+        match self.target_history().await {
+            Ok(history) => !history.iter().any(|c| origins(&c.txn) == step.origins),
+            Err(_) => false,
+        }
     }
 
     async fn pinned_step(
@@ -564,6 +574,7 @@ impl Session {
             hooks::point("replay:before-commit", self.root.uri()).await;
             match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
                 Ok((_, report)) => {
+                    hooks::point("replay:after-commit", self.root.uri()).await;
                     // Pinned already; again in case a concurrent replay of the same version that
                     // created the pin failed and released it meanwhile.
                     self.pin(step).await?;

@@ -1,6 +1,8 @@
 //! Graft edge cases (issue 9, item 12) and merging in both directions (item 7).
 
-use lance_actions_replay::{Outcome, ReplayOptions};
+use std::sync::Arc;
+
+use lance_actions_replay::{Branches, Outcome, ReplayOptions};
 
 use crate::support::*;
 
@@ -169,4 +171,55 @@ async fn a_dangling_source_base_id_is_refused_not_reused() {
     }
     assert_eq!(inventory(dir.path()), before, "nothing written");
     assert_eq!(ids(&b, "main").await, range(0, 10));
+}
+
+/// A plain Lance delete on a branch whose properties carry our encoded action list declaring only
+/// `declared` (offsets in fragment 0) as deleted, while its deletion file deletes every row the
+/// predicate matches: what an older build or a foreign writer copying our encoding can leave.
+async fn delete_declaring_fewer_rows(b: &Branches, logical: &str, predicate: &str, declared: &[u32]) -> u64 {
+    use lance::dataset::transaction::TransactionBuilder;
+    use lance::dataset::{CommitBuilder, DeleteBuilder};
+    use lance_actions::{AnyAction, codec, lift};
+    let ds = Arc::new(open(b, logical).await);
+    let staged = DeleteBuilder::new(ds.clone(), predicate).execute_uncommitted().await.expect("stage delete");
+    let mut actions = lift(&staged.transaction.operation);
+    for a in actions.actions.iter_mut() {
+        if let AnyAction::UpdateDeletionVector(u) = a {
+            u.affected_rows = Some(roaring::RoaringBitmap::from_iter(declared.iter().copied()));
+        }
+    }
+    let props = std::collections::HashMap::from([(codec::PROPERTY_KEY.to_string(), codec::encode_property(&actions))]);
+    let txn = TransactionBuilder::new(staged.transaction.read_version, staged.transaction.operation)
+        .transaction_properties(Some(Arc::new(props)))
+        .build();
+    CommitBuilder::new(ds).execute(txn).await.expect("commits").manifest().version
+}
+
+/// A branch commit declares row 1 deleted while its deletion file deletes rows 1 and 2; main deleted
+/// row 5 of the same fragment meanwhile. The merge must delete what the commit's file deleted, not
+/// what it declared: before, main kept row 2.
+#[tokio::test]
+async fn a_merge_replays_the_rows_a_deletion_file_deleted_not_the_declared_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    delete_declaring_fewer_rows(&b, "feature", "id IN (1, 2)", &[1]).await;
+    assert_eq!(ids(&b, "feature").await, vec![0, 3, 4, 5, 6, 7, 8, 9]);
+    delete(&b, "main", "id = 5").await;
+    b.merge("feature", "main", &Default::default()).await.expect("merge");
+    assert_eq!(ids(&b, "main").await, vec![0, 3, 4, 6, 7, 8, 9], "rows 1, 2 and 5 are gone");
+}
+
+/// The same lie under squash: the squashed commit must delete rows 1, 2 and 5.
+#[tokio::test]
+async fn a_squash_composes_the_rows_a_deletion_file_deleted_not_the_declared_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let first = delete(&b, "feature", "id = 5").await;
+    let last = delete_declaring_fewer_rows(&b, "feature", "id IN (1, 2)", &[1]).await;
+    b.squash("feature", first, last, &Default::default()).await.expect("squash");
+    assert_eq!(ids(&b, "feature").await, vec![0, 3, 4, 6, 7, 8, 9], "rows 1, 2 and 5 are gone");
 }

@@ -342,3 +342,60 @@ async fn a_cleanup_of_the_source_between_pin_and_commit_keeps_the_grafted_files_
     assert!(!tags.keys().any(|t| t.starts_with("graft-")), "the pin is released: {tags:?}");
     assert!(ids(&b, "main").await.is_empty());
 }
+
+/// The manifest file of `version` on main, whichever naming scheme wrote it.
+fn main_manifest(uri: &str, version: u64) -> std::path::PathBuf {
+    let dir = std::path::Path::new(uri).join("_versions");
+    let names = [format!("{version}.manifest"), format!("{:020}.manifest", u64::MAX - version)];
+    names.iter().map(|n| dir.join(n)).find(|p| p.exists()).expect("the manifest of that version")
+}
+
+/// The replayed commit lands, then reading what it landed fails (here: the version before it is
+/// gone, so its new fragments cannot be worked out). The replay reports the error, but the target
+/// now grafts the source version: the pin must stay. Before, every result but a landed step
+/// released it, and a cleanup of the source could then delete files main reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_that_landed_and_then_failed_keeps_its_pin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let picked = delete(&b, "feature", "id = 3").await;
+    let before = main_manifest(&uri, 1);
+    hooks::register("replay:after-commit", b.uri(), move || async move {
+        std::fs::remove_file(&before).expect("drop the manifest of main's version 1");
+    });
+    let out = b.cherry_pick("feature", &[picked], "main", &ReplayOptions::default()).await;
+    assert!(out.is_err(), "reading what landed fails: {out:?}");
+    assert!(!ids(&b, "main").await.contains(&3), "the replay landed");
+    let tags = Dataset::open(&uri).await.expect("open").tags().list().await.expect("tags");
+    assert!(tags.keys().any(|t| t.starts_with("graft-")), "the pin is kept: {tags:?}");
+}
+
+/// The old branch's retirement into the fresh one lands, but the rewrite is not told so (an answer
+/// lost to the commit loop, a status it cannot know): simulated by landing that very retirement
+/// just before the rewrite's own. The rewrite must finish the swap, not discard the fresh branch
+/// the old one now names: before, it force-deleted it and the branch name led to a deleted branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebase_whose_retirement_landed_unannounced_keeps_the_fresh_branch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 103)).await;
+    append(&b, "main", &range(10, 12)).await;
+    let old = b.resolve("feature").await.expect("resolve").expect("physical");
+    let (hook_uri, hook_old) = (uri.clone(), old.clone());
+    hooks::register("rewrite:before-swap", b.uri(), move || async move {
+        let root = Dataset::open(&hook_uri).await.expect("open");
+        let branches = root.list_branches().await.expect("branches");
+        let fresh = branches.keys().find(|n| n.starts_with("feature") && **n != hook_old).expect("fresh").clone();
+        let mut at = root.checkout_branch(&hook_old).await.expect("old");
+        at.update_config([(lance_actions::retired::RETIRED_KEY, fresh.as_str())]).await.expect("retire");
+    });
+    let out = b.rebase("feature", "main", &ReplayOptions::default()).await;
+    assert!(matches!(out, Ok(Outcome::Rebased { .. })), "{out:?}");
+    let mut expected: Vec<i64> = range(0, 12).into_iter().chain(range(100, 103)).collect();
+    expected.sort_unstable();
+    assert_eq!(ids(&b, "feature").await, expected, "the name reads the rebased branch");
+}
