@@ -176,6 +176,39 @@ fn describe_class(class: &TableClass) -> String {
     }
 }
 
+/// The files (relative to the table's directory) a staged create wrote or would write: its data
+/// files and the transaction file its commit writes.
+fn own_files(txn: &lance::dataset::transaction::Transaction) -> Vec<std::path::PathBuf> {
+    let mut files =
+        vec![std::path::PathBuf::from("_transactions").join(format!("{}-{}.txn", txn.read_version, txn.uuid))];
+    if let lance::dataset::transaction::Operation::Overwrite { fragments, .. } = &txn.operation {
+        files.extend(fragments.iter().flat_map(|f| f.files.iter()).map(|d| std::path::Path::new("data").join(&d.path)));
+    }
+    files
+}
+
+/// Remove a losing create's own files under `root`, then whatever directories that left empty.
+/// Best effort: the caller sees the create's error, not the clean-up's.
+fn remove_own_files(root: &std::path::Path, files: &[std::path::PathBuf]) {
+    for file in files {
+        let _ = std::fs::remove_file(root.join(file));
+    }
+    remove_empty_dirs(root);
+}
+
+/// Remove `root` and its sub-directories, bottom-up, only where empty: `remove_dir` refuses a
+/// non-empty directory atomically, so a table another writer put there is never touched.
+fn remove_empty_dirs(root: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(root);
+}
+
 /// Check the fencing stamp on main (RFC-023 §7.1: read from main before any branch is opened).
 async fn check_stamp(dataset: &Dataset, uri: &str, branch_is_keyed: bool) -> Result<()> {
     let main = match dataset.manifest().branch.as_deref() {
@@ -195,7 +228,8 @@ impl KeyedTable {
     /// The rows' keys must be non-null and unique.
     /// Every argument is checked before anything is written; if the table cannot be opened as keyed
     /// once written, what was written is removed again (a local path only), so a failed create
-    /// leaves no table behind.
+    /// leaves no table behind. A create that loses to a concurrent create of the same path removes
+    /// only its own files: the winner's table stays.
     pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
         let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
         check_key_names(&key)?;
@@ -213,14 +247,34 @@ impl KeyedTable {
         }
         let batches = conform(&batches, &schema)?;
         let fresh_local_path = local_path(uri).filter(|p| !p.exists());
-        let created = match stage::create_table(uri, batches, keyed_config(&key)).await {
-            Ok(dataset) => Self::from_dataset(Arc::new(dataset)).await,
-            Err(e) => Err(e),
+        let txn = match stage::stage_table(uri, batches, keyed_config(&key)).await {
+            Ok(txn) => txn,
+            Err(e) => {
+                // What staging wrote is unknown; only directories left empty are removed.
+                if let Some(path) = &fresh_local_path {
+                    remove_empty_dirs(path);
+                }
+                return Err(e);
+            }
         };
+        let own_files = own_files(&txn);
+        let committed = match stage::commit_table(uri, txn).await {
+            Ok(dataset) => dataset,
+            Err(e) => {
+                // Another writer may have created the table between the check above and this
+                // commit: remove only this create's own files, never the directory's contents.
+                if let Some(path) = &fresh_local_path {
+                    remove_own_files(path, &own_files);
+                }
+                return Err(e);
+            }
+        };
+        let created = Self::from_dataset(Arc::new(committed)).await;
         if created.is_err()
             && let Some(path) = fresh_local_path
         {
-            // Best effort: the error the caller sees is the create's, not the clean-up's.
+            // This create committed version 1 (a Create-mode commit fails if any version exists),
+            // so the table is its own. Best effort: the caller sees the create's error.
             let _ = std::fs::remove_dir_all(path);
         }
         created
@@ -309,7 +363,7 @@ pub struct KeylessTable {
 impl KeylessTable {
     pub async fn create(uri: &str, batches: Vec<RecordBatch>) -> Result<Self> {
         let config = HashMap::from([(TABLE_CLASS_KEY.to_string(), KEYLESS_APPEND_ONLY.to_string())]);
-        let dataset = stage::create_table(uri, batches, config).await?;
+        let dataset = stage::commit_table(uri, stage::stage_table(uri, batches, config).await?).await?;
         Ok(Self { dataset: Arc::new(dataset) })
     }
 
