@@ -105,6 +105,11 @@ pub enum Error {
     ))]
     DuplicateKeysInBranch { branch: String, keys: KeySample },
 
+    #[snafu(display(
+        "branch '{branch}' is part way through a delete (retired with no successor); let the delete finish or be refused, then run the migration again (nothing was stamped)"
+    ))]
+    BranchBeingDeleted { branch: String },
+
     #[snafu(display("branch '{branch}' holds {count} row(s) with a null key; fix them before migrating"))]
     NullKeysInBranch { branch: String, count: usize },
 
