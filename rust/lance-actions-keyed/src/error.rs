@@ -83,6 +83,9 @@ pub enum Error {
     #[snafu(display("{uri} is not declared keyless append-only ({class}); plain appends are not allowed on it"))]
     NotKeyless { uri: String, class: String },
 
+    #[snafu(display("a table already exists at {uri}; nothing was written"))]
+    TableExists { uri: String },
+
     #[snafu(display("{uri}: {detail}"))]
     KeyMismatch { uri: String, detail: String },
 

@@ -229,8 +229,6 @@ async fn scan_keys(head: &Dataset, key: &[String]) -> Result<(usize, usize, Vec<
     Ok((rows, nulls, dups))
 }
 
-/// How many times one branch is verified and installed again when rows change under the migration.
-
 /// Install the key on a branch whose `head` was verified. Both steps read the rows that were
 /// verified (the schema step its nullability claim, the class step every row), so a concurrent
 /// write makes the driver answer Retry; then the branch is read and verified again, and a duplicate

@@ -176,37 +176,14 @@ fn describe_class(class: &TableClass) -> String {
     }
 }
 
-/// The files (relative to the table's directory) a staged create wrote or would write: its data
-/// files and the transaction file its commit writes.
-fn own_files(txn: &lance::dataset::transaction::Transaction) -> Vec<std::path::PathBuf> {
-    let mut files =
-        vec![std::path::PathBuf::from("_transactions").join(format!("{}-{}.txn", txn.read_version, txn.uuid))];
-    if let lance::dataset::transaction::Operation::Overwrite { fragments, .. } = &txn.operation {
-        files.extend(fragments.iter().flat_map(|f| f.files.iter()).map(|d| std::path::Path::new("data").join(&d.path)));
-    }
-    files
-}
-
-/// Remove a losing create's own files under `root`, then whatever directories that left empty.
-/// Best effort: the caller sees the create's error, not the clean-up's.
-fn remove_own_files(root: &std::path::Path, files: &[std::path::PathBuf]) {
-    for file in files {
-        let _ = std::fs::remove_file(root.join(file));
-    }
-    remove_empty_dirs(root);
-}
-
-/// Remove `root` and its sub-directories, bottom-up, only where empty: `remove_dir` refuses a
-/// non-empty directory atomically, so a table another writer put there is never touched.
-fn remove_empty_dirs(root: &std::path::Path) {
-    if let Ok(entries) = std::fs::read_dir(root) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_dirs(&entry.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(root);
+/// A fresh directory name next to `path`, unique to this create.
+fn staging_sibling(path: &std::path::Path) -> Result<std::path::PathBuf> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .ok_or_else(|| Error::Input { detail: format!("{} names no directory to create", path.display()) })?;
+    let suffix: u64 = rand::random();
+    Ok(path.with_file_name(format!(".{name}.creating-{suffix:016x}")))
 }
 
 /// Check the fencing stamp on main (RFC-023 §7.1: read from main before any branch is opened).
@@ -228,8 +205,8 @@ impl KeyedTable {
     /// The rows' keys must be non-null and unique.
     /// Every argument is checked before anything is written; if the table cannot be opened as keyed
     /// once written, what was written is removed again (a local path only), so a failed create
-    /// leaves no table behind. A create that loses to a concurrent create of the same path removes
-    /// only its own files: the winner's table stays.
+    /// leaves no table behind. A local create is built in a sibling directory and renamed into
+    /// place, so one that loses to a concurrent create of the same path leaves the winner's alone.
     pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
         let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
         check_key_names(&key)?;
@@ -246,38 +223,45 @@ impl KeyedTable {
             return Err(Error::KeyConflict { keys: sample(&dups), cause: crate::ConflictCause::DuplicateInBatch });
         }
         let batches = conform(&batches, &schema)?;
-        let fresh_local_path = local_path(uri).filter(|p| !p.exists());
-        let txn = match stage::stage_table(uri, batches, keyed_config(&key)).await {
-            Ok(txn) => txn,
-            Err(e) => {
-                // What staging wrote is unknown; only directories left empty are removed.
-                if let Some(path) = &fresh_local_path {
-                    remove_empty_dirs(path);
-                }
-                return Err(e);
+        match local_path(uri) {
+            Some(path) => Self::create_local(uri, &path, batches, &key).await,
+            None => {
+                let txn = stage::stage_table(uri, batches, keyed_config(&key)).await?;
+                Self::from_dataset(Arc::new(stage::commit_table(uri, txn).await?)).await
             }
-        };
-        let own_files = own_files(&txn);
-        let committed = match stage::commit_table(uri, txn).await {
-            Ok(dataset) => dataset,
-            Err(e) => {
-                // Another writer may have created the table between the check above and this
-                // commit: remove only this create's own files, never the directory's contents.
-                if let Some(path) = &fresh_local_path {
-                    remove_own_files(path, &own_files);
-                }
-                return Err(e);
-            }
-        };
-        let created = Self::from_dataset(Arc::new(committed)).await;
-        if created.is_err()
-            && let Some(path) = fresh_local_path
-        {
-            // This create committed version 1 (a Create-mode commit fails if any version exists),
-            // so the table is its own. Best effort: the caller sees the create's error.
-            let _ = std::fs::remove_dir_all(path);
         }
-        created
+    }
+
+    /// Create in a fresh sibling directory, then rename it into place. Lance's commit of an
+    /// Overwrite onto a table another writer created meanwhile lands as its version 2, and a
+    /// losing create cannot tell its files from the winner's; a rename onto a non-empty directory
+    /// fails instead, so the table appears whole or not at all and the winner's is never touched.
+    async fn create_local(
+        uri: &str,
+        path: &std::path::Path,
+        batches: Vec<RecordBatch>,
+        key: &[String],
+    ) -> Result<Self> {
+        if path.exists() {
+            return Err(Error::TableExists { uri: uri.into() });
+        }
+        let staging = staging_sibling(path)?;
+        let staged = staging.to_string_lossy().to_string();
+        let built = match stage::stage_table(&staged, batches, keyed_config(key)).await {
+            Ok(txn) => match stage::commit_table(&staged, txn).await {
+                Ok(dataset) => Self::from_dataset(Arc::new(dataset)).await.map(|_| ()),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        // The staging directory is this create's own: removing it can touch no other table.
+        let placed =
+            built.and_then(|()| std::fs::rename(&staging, path).map_err(|_| Error::TableExists { uri: uri.into() }));
+        if let Err(e) = placed {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+        Self::open(uri).await
     }
 
     /// Open the latest version of main for keyed writes.
