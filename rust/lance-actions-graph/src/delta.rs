@@ -2,7 +2,8 @@
 //! versions' fragment lists rather than from a scan of the table.
 //!
 //! Every data file name is a fresh UUID and every deletion file carries a random id, so a fragment
-//! whose data files and deletion file are the same in both versions holds the same live rows, on
+//! whose data files, overlay files and deletion file are the same in both versions holds the same
+//! live rows, on
 //! any Lance branch (a branch's inherited fragments differ only in `base_id`, which is ignored).
 //! What differs is what the history since the base added, deleted or removed:
 //!
@@ -10,6 +11,9 @@
 //! - a fragment in both whose deletion file changed: the rows the side's deletion vector adds
 //!   (the difference of the two deletion vectors), taken from the base by row address;
 //! - a fragment only in the base (removed): its live rows in the base.
+//!
+//! A fragment whose overlays changed (Lance 14's in-place cell updates) counts as removed and
+//! added: its files and deletion file alone do not show the cells an overlay changed.
 //!
 //! The result over-approximates (a compaction rewrites rows without changing them); the row
 //! comparator then finds those unchanged. The cost is in the fragments the history touched, never a
@@ -60,9 +64,13 @@ impl SideDelta {
     }
 }
 
-/// What makes a fragment's live rows what they are.
+/// What makes a fragment's live rows what they are: its data files and overlay files (the cell
+/// values), and its deletion file (which rows are live). An overlay changes cell values in place
+/// without touching either of the others, so it is part of the identity: a fragment whose overlays
+/// differ is matched to nothing and counts as removed from the base and added on the side, whose
+/// scan reads it with its overlays applied; the row comparator then drops the rows unchanged.
 fn signature(f: &Fragment) -> (Vec<String>, Option<(u64, u64)>) {
-    let files = f.files.iter().map(|d| d.path.clone()).collect();
+    let files = f.files.iter().chain(f.overlays.iter().map(|o| &o.data_file)).map(|d| d.path.clone()).collect();
     let deletion = f.deletion_file.as_ref().map(|d| (d.id, d.read_version));
     (files, deletion)
 }

@@ -83,6 +83,9 @@ pub enum Error {
     #[snafu(display("{uri} is not declared keyless append-only ({class}); plain appends are not allowed on it"))]
     NotKeyless { uri: String, class: String },
 
+    #[snafu(display("a table already exists at {uri}; nothing was written"))]
+    TableExists { uri: String },
+
     #[snafu(display("{uri}: {detail}"))]
     KeyMismatch { uri: String, detail: String },
 
@@ -104,6 +107,11 @@ pub enum Error {
         count = keys.count
     ))]
     DuplicateKeysInBranch { branch: String, keys: KeySample },
+
+    #[snafu(display(
+        "branch '{branch}' is part way through a delete (retired with no successor); let the delete finish or be refused, then run the migration again (nothing was stamped)"
+    ))]
+    BranchBeingDeleted { branch: String },
 
     #[snafu(display("branch '{branch}' holds {count} row(s) with a null key; fix them before migrating"))]
     NullKeysInBranch { branch: String, count: usize },

@@ -68,34 +68,102 @@ pub async fn migrate(uri: &str, key: &[&str]) -> Result<MigrationReport> {
     let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
     let mut report = MigrationReport { key: key.clone(), branches: Vec::new(), stamped: false };
     let mut done: HashSet<String> = HashSet::new();
-    // Re-enumerate until no branch is new: one created during the run is migrated too.
+    // Branches retired for a delete: neither writable nor gone yet, so neither done nor failed.
+    let mut deleting: HashSet<String> = HashSet::new();
+    // Re-enumerate until no branch is new: one created during the run is migrated too. Then
+    // re-check the branches being deleted: one whose retirement was lifted meanwhile is live again
+    // and is migrated like the rest.
     loop {
-        let pending: Vec<String> = branch_names(&main).await?.into_iter().filter(|b| !done.contains(b)).collect();
-        if pending.is_empty() {
+        migrate_pending(&main, &key, &mut report, &mut done, &mut deleting).await?;
+        if !recheck_deleting(&main, &mut deleting).await? {
             break;
+        }
+    }
+    if let Some(branch) = deleting.into_iter().min() {
+        // Stamping now would leave that branch unkeyed on a stamped table should its delete be
+        // refused (which lifts the retirement): roll forward by running again instead.
+        return Err(Error::BranchBeingDeleted { branch });
+    }
+    report.stamped = stamp(uri).await?;
+    Ok(report)
+}
+
+/// Verify, then key, every branch not yet `done` nor `deleting`, until enumeration finds no new one.
+async fn migrate_pending(
+    main: &Dataset,
+    key: &[String],
+    report: &mut MigrationReport,
+    done: &mut HashSet<String>,
+    deleting: &mut HashSet<String>,
+) -> Result<()> {
+    loop {
+        let pending: Vec<String> =
+            branch_names(main).await?.into_iter().filter(|b| !done.contains(b) && !deleting.contains(b)).collect();
+        if pending.is_empty() {
+            return Ok(());
         }
         let mut heads = Vec::new();
         for branch in &pending {
-            let head = open_branch(&main, branch).await?;
-            // A retired physical branch (rebased, squashed, being deleted) takes no write; the
-            // branch that replaced it is migrated under its own name.
-            if lance_actions::retired::retired_into(&head.manifest().config).is_some() {
-                done.insert(branch.clone());
-                continue;
+            let head = open_branch(main, branch).await?;
+            match lance_actions::retired::retired_into(&head.manifest().config) {
+                // Rebased or squashed: it takes no write, and its successor is migrated under
+                // its own name.
+                Some(successor) if !successor.is_empty() => {
+                    done.insert(branch.clone());
+                }
+                // Being deleted: it takes no write, but a refused delete lifts the retirement.
+                Some(_) => {
+                    deleting.insert(branch.clone());
+                }
+                None => {
+                    let rows = verify_branch(&head, branch, key).await?;
+                    heads.push((branch.clone(), head, rows));
+                }
             }
-            let rows = verify_branch(&head, branch, &key).await?;
-            heads.push((branch.clone(), head, rows));
         }
         // Every pending branch verified: only now write.
         for (branch, head, rows) in heads {
-            let (step, rows) = install_verified(&main, &branch, &key, head, rows).await?;
+            let (step, rows) = install_verified(main, &branch, key, head, rows).await?;
             crash::point("migrate-after-branch");
             report.branches.push(BranchMigration { branch: branch.clone(), rows, step });
             done.insert(branch);
         }
     }
-    report.stamped = stamp(uri).await?;
-    Ok(report)
+}
+
+/// Drop from `deleting` the branches whose delete finished (gone) or was refused (retirement
+/// lifted); true when one came back live and must be migrated.
+async fn recheck_deleting(main: &Dataset, deleting: &mut HashSet<String>) -> Result<bool> {
+    let existing: HashSet<String> = branch_names(main).await?.into_iter().collect();
+    let mut revived = false;
+    for branch in deleting.clone() {
+        if !existing.contains(&branch) {
+            deleting.remove(&branch);
+            continue;
+        }
+        let head = open_branch(main, &branch).await?;
+        if lance_actions::retired::retired_into(&head.manifest().config).is_none() {
+            deleting.remove(&branch);
+            revived = true;
+        } else if past_lifting(main, &branch).await? {
+            // Its name no longer designates it: the delete went past the catalog swap and can
+            // only finish, so the branch takes no write ever again.
+            deleting.remove(&branch);
+        }
+    }
+    Ok(revived)
+}
+
+/// Is the delete of `physical` past the point where it could still be refused? Its logical name
+/// (the catalog entry it is, or is an incarnation of) no longer designates it. A plain Lance
+/// branch nobody maps has no such point recorded, so it may still come back.
+async fn past_lifting(main: &Dataset, physical: &str) -> Result<bool> {
+    use lance_actions_commit::branch_names::{NameCatalog, is_incarnation_of};
+    let catalog = NameCatalog::of(main).await.map_err(|source| Error::Branch { source })?;
+    let names = catalog.read(main).await.map_err(|source| Error::Branch { source })?;
+    let designated = names.map.values().any(|p| p == physical);
+    let family = names.map.keys().any(|l| l == physical || is_incarnation_of(physical, l));
+    Ok(family && !designated)
 }
 
 /// `main` first, then the Lance branches by name.
@@ -160,8 +228,6 @@ async fn scan_keys(head: &Dataset, key: &[String]) -> Result<(usize, usize, Vec<
     }
     Ok((rows, nulls, dups))
 }
-
-/// How many times one branch is verified and installed again when rows change under the migration.
 
 /// Install the key on a branch whose `head` was verified. Both steps read the rows that were
 /// verified (the schema step its nullability claim, the class step every row), so a concurrent

@@ -20,13 +20,14 @@ use lance_table::format::Fragment;
 
 use crate::error::{Error, LanceContext, Result};
 
-/// Create a table at `uri` from `batches` (which may be empty batches carrying only the schema),
+/// Stage a table at `uri` from `batches` (which may be empty batches carrying only the schema),
 /// with `config` set in the same first version: the class is declared with the data, never after.
-pub(crate) async fn create_table(
+/// Nothing is committed: the caller keeps the transaction to know which files are its own.
+pub(crate) async fn stage_table(
     uri: &str,
     batches: Vec<RecordBatch>,
     config: HashMap<String, String>,
-) -> Result<Dataset> {
+) -> Result<Transaction> {
     let params = WriteParams { mode: WriteMode::Create, ..Default::default() };
     let mut txn = InsertBuilder::new(uri)
         .with_params(&params)
@@ -37,6 +38,11 @@ pub(crate) async fn create_table(
         Operation::Overwrite { config_upsert_values, .. } => *config_upsert_values = Some(config),
         _ => return Err(unexpected("creating a table", &txn)),
     }
+    Ok(txn)
+}
+
+/// Commit a table `stage_table` staged as its version 1: fails if another writer created it first.
+pub(crate) async fn commit_table(uri: &str, txn: Transaction) -> Result<Dataset> {
     CommitBuilder::new(uri).execute(txn).await.lance(format!("creating the table at {uri}"))
 }
 

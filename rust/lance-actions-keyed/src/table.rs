@@ -176,6 +176,16 @@ fn describe_class(class: &TableClass) -> String {
     }
 }
 
+/// A fresh directory name next to `path`, unique to this create.
+fn staging_sibling(path: &std::path::Path) -> Result<std::path::PathBuf> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .ok_or_else(|| Error::Input { detail: format!("{} names no directory to create", path.display()) })?;
+    let suffix: u64 = rand::random();
+    Ok(path.with_file_name(format!(".{name}.creating-{suffix:016x}")))
+}
+
 /// Check the fencing stamp on main (RFC-023 §7.1: read from main before any branch is opened).
 async fn check_stamp(dataset: &Dataset, uri: &str, branch_is_keyed: bool) -> Result<()> {
     let main = match dataset.manifest().branch.as_deref() {
@@ -195,7 +205,8 @@ impl KeyedTable {
     /// The rows' keys must be non-null and unique.
     /// Every argument is checked before anything is written; if the table cannot be opened as keyed
     /// once written, what was written is removed again (a local path only), so a failed create
-    /// leaves no table behind.
+    /// leaves no table behind. A local create is built in a sibling directory and renamed into
+    /// place, so one that loses to a concurrent create of the same path leaves the winner's alone.
     pub async fn create(uri: &str, batches: Vec<RecordBatch>, key: &[&str]) -> Result<Self> {
         let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
         check_key_names(&key)?;
@@ -212,18 +223,45 @@ impl KeyedTable {
             return Err(Error::KeyConflict { keys: sample(&dups), cause: crate::ConflictCause::DuplicateInBatch });
         }
         let batches = conform(&batches, &schema)?;
-        let fresh_local_path = local_path(uri).filter(|p| !p.exists());
-        let created = match stage::create_table(uri, batches, keyed_config(&key)).await {
-            Ok(dataset) => Self::from_dataset(Arc::new(dataset)).await,
+        match local_path(uri) {
+            Some(path) => Self::create_local(uri, &path, batches, &key).await,
+            None => {
+                let txn = stage::stage_table(uri, batches, keyed_config(&key)).await?;
+                Self::from_dataset(Arc::new(stage::commit_table(uri, txn).await?)).await
+            }
+        }
+    }
+
+    /// Create in a fresh sibling directory, then rename it into place. Lance's commit of an
+    /// Overwrite onto a table another writer created meanwhile lands as its version 2, and a
+    /// losing create cannot tell its files from the winner's; a rename onto a non-empty directory
+    /// fails instead, so the table appears whole or not at all and the winner's is never touched.
+    async fn create_local(
+        uri: &str,
+        path: &std::path::Path,
+        batches: Vec<RecordBatch>,
+        key: &[String],
+    ) -> Result<Self> {
+        if path.exists() {
+            return Err(Error::TableExists { uri: uri.into() });
+        }
+        let staging = staging_sibling(path)?;
+        let staged = staging.to_string_lossy().to_string();
+        let built = match stage::stage_table(&staged, batches, keyed_config(key)).await {
+            Ok(txn) => match stage::commit_table(&staged, txn).await {
+                Ok(dataset) => Self::from_dataset(Arc::new(dataset)).await.map(|_| ()),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
-        if created.is_err()
-            && let Some(path) = fresh_local_path
-        {
-            // Best effort: the error the caller sees is the create's, not the clean-up's.
-            let _ = std::fs::remove_dir_all(path);
+        // The staging directory is this create's own: removing it can touch no other table.
+        let placed =
+            built.and_then(|()| std::fs::rename(&staging, path).map_err(|_| Error::TableExists { uri: uri.into() }));
+        if let Err(e) = placed {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
         }
-        created
+        Self::open(uri).await
     }
 
     /// Open the latest version of main for keyed writes.
@@ -309,7 +347,7 @@ pub struct KeylessTable {
 impl KeylessTable {
     pub async fn create(uri: &str, batches: Vec<RecordBatch>) -> Result<Self> {
         let config = HashMap::from([(TABLE_CLASS_KEY.to_string(), KEYLESS_APPEND_ONLY.to_string())]);
-        let dataset = stage::create_table(uri, batches, config).await?;
+        let dataset = stage::commit_table(uri, stage::stage_table(uri, batches, config).await?).await?;
         Ok(Self { dataset: Arc::new(dataset) })
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lance_actions_keyed::{Error, KeyedTable, RetryPolicy, WriteOptions};
@@ -264,5 +265,39 @@ async fn racing_upserts_converge_last_writer_wins_per_key() {
     let written: BTreeSet<i64> = got.values().copied().collect();
     for (_, v) in &gave_up {
         assert!(!written.contains(v), "an upsert reported as failed left its value {v}");
+    }
+}
+
+/// Two creates of one path started together: both see it absent, one commits version 1, the other
+/// fails. The loser must remove only what it wrote itself: the winner's table and rows survive.
+#[test]
+fn a_losing_concurrent_create_leaves_the_winners_table() {
+    for round in 0..8 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = temp_uri(&dir, "t");
+        let start = Arc::new(std::sync::Barrier::new(2));
+        let writers: Vec<_> = [1_i64, 2]
+            .into_iter()
+            .map(|writer| {
+                let (uri, start) = (uri.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    start.wait();
+                    let ids: Vec<i64> = (0..200).map(|i| i * 10 + writer).collect();
+                    let created = rt.block_on(KeyedTable::create(&uri, vec![rows(&ids, writer)], &["id"]));
+                    (writer, created.is_ok())
+                })
+            })
+            .collect();
+        let outcomes: Vec<(i64, bool)> = writers.into_iter().map(|w| w.join().expect("writer thread")).collect();
+        let winners: Vec<i64> = outcomes.iter().filter(|(_, ok)| *ok).map(|(w, _)| *w).collect();
+        assert_eq!(winners.len(), 1, "round {round}: exactly one create lands: {outcomes:?}");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let seen = rt.block_on(async {
+            let table = KeyedTable::open(&uri).await.unwrap_or_else(|e| panic!("round {round}: winner's table: {e}"));
+            scan(table.dataset()).await
+        });
+        assert_eq!(seen.len(), 200, "round {round}: every row of the winner survives");
+        assert!(seen.values().all(|(n, v)| *n == 1 && *v == winners[0]), "round {round}: only the winner's rows");
     }
 }

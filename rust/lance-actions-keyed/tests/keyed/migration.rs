@@ -219,3 +219,28 @@ async fn after_the_stamp_a_schema_change_must_keep_the_key() {
     ds.action_commit().execute_actions(ds.manifest().version, txn).await.expect("a key-preserving change lands");
     KeyedTable::open(&uri).await.expect("still keyed");
 }
+
+/// A branch retired for a delete (`retired-into = ""`) may yet have the retirement lifted (a refused
+/// delete undoes its first step): the migration must not count it done and stamp without it, or the
+/// branch comes back unkeyed on a stamped table. It refuses to stamp instead; once the retirement
+/// is lifted, running it again keys the branch.
+#[tokio::test]
+async fn a_branch_retired_for_a_delete_is_not_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let main = plain_table_with_branches(&uri).await;
+    let mut feature = main.checkout_branch("feature").await.expect("feature");
+    let retired = lance_actions::retired::RETIRED_KEY;
+    feature.update_config([(retired, "")]).await.expect("retire for a delete");
+    match migrate(&uri, &["id"]).await {
+        Err(Error::BranchBeingDeleted { branch }) => assert_eq!(branch, "feature"),
+        other => panic!("a branch half-way through a delete must stop the stamp, got {other:?}"),
+    }
+    // The delete is refused and lifts the retirement: the branch is live again.
+    feature.checkout_latest().await.expect("latest feature");
+    feature.update_config([(retired, None::<&str>)]).await.expect("lift the retirement");
+    let report = migrate(&uri, &["id"]).await.expect("migration after the lift");
+    assert!(report.stamped, "stamped once every branch is keyed");
+    let table = KeyedTable::open_branch(&uri, "feature").await.expect("the lifted branch is keyed");
+    assert_eq!(table.key().names, ["id"]);
+}
