@@ -271,3 +271,108 @@ async fn stage_overwrite(ds: &std::sync::Arc<lance::Dataset>) -> Operation {
         .expect("stage overwrite")
         .operation
 }
+
+/// One staged transaction judged against one committed peer, held to upstream's expectation.
+async fn check_one(test: &'static str, ours: Operation, peer: Operation, expected: Upstream) {
+    check_each(test, ours, vec![("peer", peer)], expected).await;
+}
+
+/// One staged transaction judged against each of several peers (each alone), all with the same
+/// upstream expectation.
+async fn check_each(test: &'static str, ours: Operation, peers: Vec<(&str, Operation)>, expected: Upstream) {
+    let (_dir, ds) = sample().await;
+    let ours = txn(&ds, ours);
+    let mut ledger = Ledger::new(test, &[], &[]);
+    for (name, peer) in peers {
+        let j = judge_after(&ds, &ours, None, &txn(&ds, peer)).await;
+        ledger.record(format!("after {name}"), &j, expected);
+    }
+    ledger.finish();
+}
+
+/// Upstream's `UpdateBases` literal: one base path per entry.
+fn add_bases(bases: &[(u32, &str, Option<&str>)]) -> Operation {
+    Operation::UpdateBases {
+        new_bases: bases
+            .iter()
+            .map(|(id, path, name)| lance_table::format::BasePath {
+                id: *id,
+                path: path.to_string(),
+                name: name.map(str::to_string),
+                is_dataset_root: false,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn test_add_bases_non_conflicting() {
+    let ours = add_bases(&[(1, "s3://bucket1/path1", Some("base1"))]);
+    let peer = add_bases(&[(2, "s3://bucket2/path2", Some("base2"))]);
+    check_one("test_add_bases_non_conflicting", ours, peer, Upstream::Compatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_name_conflict() {
+    let ours = add_bases(&[(1, "s3://bucket1/path1", Some("duplicate_name"))]);
+    let peer = add_bases(&[(2, "s3://bucket2/path2", Some("duplicate_name"))]);
+    check_one("test_add_bases_name_conflict", ours, peer, Upstream::NotCompatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_path_conflict() {
+    let ours = add_bases(&[(1, "s3://bucket/duplicate_path", Some("base1"))]);
+    let peer = add_bases(&[(2, "s3://bucket/duplicate_path", Some("base2"))]);
+    check_one("test_add_bases_path_conflict", ours, peer, Upstream::NotCompatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_id_conflict() {
+    let ours = add_bases(&[(42, "s3://bucket1/path1", Some("base1"))]);
+    let peer = add_bases(&[(42, "s3://bucket2/path2", Some("base2"))]);
+    check_one("test_add_bases_id_conflict", ours, peer, Upstream::NotCompatible).await;
+}
+
+/// Upstream's data peers: an append, a delete that removes fragment 0, an update of fragment 0.
+#[tokio::test]
+async fn test_add_bases_no_conflict_with_data_operations() {
+    let (_dir, ds) = sample().await;
+    let (_, removed) = delete_shape(&ds, "id < 8").await;
+    assert_eq!(removed, vec![0], "the peer delete removes fragment 0 whole");
+    let (touched, _) = delete_shape(&ds, "id = 1").await;
+    let mut update = update(vec![], touched, new_fragments(&ds, &[1]).await);
+    if let Operation::Update { fields_modified, .. } = &mut update {
+        fields_modified.clear();
+    }
+    let peers = vec![
+        ("append", Operation::Append { fragments: new_fragments(&ds, &[100]).await }),
+        (
+            "delete",
+            Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: removed, predicate: "id < 8".into() },
+        ),
+        ("update", update),
+    ];
+    let ours = add_bases(&[(1, "s3://bucket/path", Some("base1"))]);
+    check_each("test_add_bases_no_conflict_with_data_operations", ours, peers, Upstream::Compatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_multiple_bases() {
+    let ours = add_bases(&[(1, "s3://bucket1/path1", Some("base1")), (2, "s3://bucket2/path2", Some("base2"))]);
+    let peer = add_bases(&[(3, "s3://bucket1/path1", Some("base3"))]);
+    check_one("test_add_bases_multiple_bases", ours, peer, Upstream::NotCompatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_with_none_name() {
+    let ours = add_bases(&[(1, "s3://bucket1/path1", None)]);
+    let peer = add_bases(&[(2, "s3://bucket2/path2", None)]);
+    check_one("test_add_bases_with_none_name", ours, peer, Upstream::Compatible).await;
+}
+
+#[tokio::test]
+async fn test_add_bases_with_zero_id() {
+    let ours = add_bases(&[(0, "s3://bucket1/path1", Some("base1"))]);
+    let peer = add_bases(&[(0, "s3://bucket2/path2", Some("base2"))]);
+    check_one("test_add_bases_with_zero_id", ours, peer, Upstream::Compatible).await;
+}
