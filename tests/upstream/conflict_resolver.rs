@@ -376,3 +376,93 @@ async fn test_add_bases_with_zero_id() {
     let peer = add_bases(&[(0, "s3://bucket2/path2", Some("base2"))]);
     check_one("test_add_bases_with_zero_id", ours, peer, Upstream::Compatible).await;
 }
+
+fn mem_wal(shard: u128, generation: u64) -> Operation {
+    Operation::UpdateMemWalState {
+        compacted_sstables: vec![lance_table::system_index::mem_wal::CompactedSsTable::new(
+            uuid::Uuid::from_u128(shard),
+            generation,
+        )],
+    }
+}
+
+#[tokio::test]
+async fn test_update_config_conflicts_with_restore() {
+    // (case, field metadata, schema metadata, upstream: conflicts?)
+    let cases: [(&str, Option<(i32, &str, &str)>, &[(&str, &str)], bool); 3] = [
+        ("field_metadata", Some((0, "fresh", "{}")), &[], true),
+        ("schema_metadata", None, &[("owner", "refresh")], true),
+        ("config_only", None, &[], false),
+    ];
+    let (_dir, ds) = sample().await;
+    let mut ledger = Ledger::new("test_update_config_conflicts_with_restore", &[], &[]);
+    for (case, field, schema, conflicts) in cases {
+        let update = update_config(&[("key", "value")], &[], schema, field);
+        let restore = Operation::Restore { version: 1 };
+        let expected = if conflicts { Upstream::Conflict } else { Upstream::Compatible };
+        // Either commit order: the metadata the restore discarded must not come back.
+        for (order, ours, theirs) in
+            [("update after restore", &update, &restore), ("restore after update", &restore, &update)]
+        {
+            let j = judge_after(&ds, &txn(&ds, ours.clone()), None, &txn(&ds, theirs.clone())).await;
+            ledger.record(format!("{case}: {order}"), &j, expected);
+        }
+    }
+    ledger.finish();
+}
+
+#[tokio::test]
+async fn test_create_index_conflicts_only_on_same_name() {
+    let (_dir, ds) = sample().await;
+    let fragments: RoaringBitmap = ds.manifest().fragments.iter().map(|f| f.id as u32).collect();
+    let index = |name: &str| {
+        let meta =
+            lance_actions::samples::index_on(uuid::Uuid::new_v4(), name, 1, ds.manifest().version, fragments.clone());
+        Operation::CreateIndex { new_indices: vec![meta], removed_indices: vec![] }
+    };
+    let ours = txn(&ds, index("test"));
+    let mut ledger = Ledger::new("test_create_index_conflicts_only_on_same_name", &[], &[]);
+    let j = judge_after(&ds, &ours, None, &txn(&ds, index("test"))).await;
+    ledger.record("same name", &j, Upstream::Retryable);
+    let j = judge_after(&ds, &ours, None, &txn(&ds, index("other"))).await;
+    ledger.record("different name", &j, Upstream::Compatible);
+    ledger.finish();
+}
+
+#[tokio::test]
+async fn test_compacted_sstables_conflict_lower_generation_fails() {
+    check_one(
+        "test_compacted_sstables_conflict_lower_generation_fails",
+        mem_wal(7, 5),
+        mem_wal(7, 10),
+        Upstream::NotCompatible,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn test_compacted_sstables_conflict_equal_generation_fails() {
+    check_one(
+        "test_compacted_sstables_conflict_equal_generation_fails",
+        mem_wal(7, 10),
+        mem_wal(7, 10),
+        Upstream::NotCompatible,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn test_compacted_sstables_conflict_higher_generation_retryable() {
+    check_one(
+        "test_compacted_sstables_conflict_higher_generation_retryable",
+        mem_wal(7, 10),
+        mem_wal(7, 5),
+        Upstream::Retryable,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn test_compacted_sstables_different_shards_ok() {
+    check_one("test_compacted_sstables_different_shards_ok", mem_wal(7, 5), mem_wal(8, 10), Upstream::Compatible).await;
+}

@@ -20,6 +20,8 @@ pub enum Upstream {
     Retryable,
     /// `CommitConflict` / `IncompatibleTransaction`.
     NotCompatible,
+    /// Any error (upstream asserts only `is_err()`): Retry or Fail.
+    Conflict,
 }
 
 impl Upstream {
@@ -29,6 +31,15 @@ impl Upstream {
             Upstream::Compatible => "ok",
             Upstream::Retryable => "retry",
             Upstream::NotCompatible => "fail",
+            Upstream::Conflict => "retry|fail",
+        }
+    }
+
+    /// Does a verdict label (`ok` / `retry` / `fail`) meet this expectation?
+    pub fn admits(self, verdict: &str) -> bool {
+        match self {
+            Upstream::Conflict => verdict != "ok",
+            other => other.label() == verdict,
         }
     }
 }
@@ -107,7 +118,7 @@ impl Ledger {
         let mut failures = Vec::new();
         let mut deviating = 0;
         for (case, o) in &self.observed {
-            if o.lance != o.expected.label() {
+            if !o.expected.admits(o.lance) {
                 failures.push(format!(
                     "{case}: Lance's resolver on the re-expressed case says {}, upstream expects {} ({})",
                     o.lance,
@@ -116,14 +127,14 @@ impl Ledger {
                 ));
             }
             match self.deviations.get(case) {
-                Some((verdict, _)) if o.ours == *verdict && o.ours != o.expected.label() => deviating += 1,
+                Some((verdict, _)) if o.ours == *verdict && !o.expected.admits(o.ours) => deviating += 1,
                 Some((verdict, id)) => failures.push(format!(
                     "{case}: listed as {id} (ours {verdict}) but ours is {} and upstream expects {} ({})",
                     o.ours,
                     o.expected.label(),
                     o.detail
                 )),
-                None if o.ours != o.expected.label() => failures.push(format!(
+                None if !o.expected.admits(o.ours) => failures.push(format!(
                     "{case}: ours {}, upstream expects {} — not a listed deviation ({})",
                     o.ours,
                     o.expected.label(),
