@@ -526,3 +526,92 @@ async fn test_index_replacement_compatible_with_removing_disjoint_segment() {
     )
     .await;
 }
+
+/// A merge that adds schema metadata `merge.schema` and metadata `merge.field` (`value` for both)
+/// on field `v` (upstream uses its first field; ours is the primary key, whose metadata Lance
+/// refuses to replace), keeping every fragment.
+fn metadata_merge(ds: &lance::Dataset, value: &str) -> Operation {
+    let mut schema = ds.manifest().schema.clone();
+    schema.metadata.insert("merge.schema".into(), value.into());
+    schema.fields[1].metadata.insert("merge.field".into(), value.into());
+    Operation::Merge { fragments: ds.manifest().fragments.as_ref().clone(), schema, preserves_nullability: true }
+}
+
+fn replacing_map(key: &str, value: &str, replace: bool) -> lance_table::transaction::UpdateMap {
+    lance_table::transaction::UpdateMap {
+        update_entries: vec![lance_table::transaction::UpdateMapEntry { key: key.into(), value: Some(value.into()) }],
+        replace,
+    }
+}
+
+/// Commits for real: the merge and a replacing config (or table-metadata) update, in both orders,
+/// both land, and the table keeps the merge's metadata and the update's key.
+#[tokio::test]
+async fn test_merge_preserves_unrelated_update_config_compatibility() {
+    let mut ledger = Ledger::new("test_merge_preserves_unrelated_update_config_compatibility", &[], &[]);
+    for (case, table_metadata) in [("config", false), ("table_metadata", true)] {
+        for merge_first in [true, false] {
+            let (_dir, ds) = sample().await;
+            let merge = txn(&ds, metadata_merge(&ds, "preserved"));
+            let map = replacing_map("key", "value", true);
+            let update = txn(
+                &ds,
+                Operation::UpdateConfig {
+                    config_updates: (!table_metadata).then(|| map.clone()),
+                    table_metadata_updates: table_metadata.then_some(map),
+                    schema_metadata_updates: None,
+                    field_metadata_updates: HashMap::new(),
+                },
+            );
+            let (peer, ours) = if merge_first { (merge, update) } else { (update, merge) };
+            let (j, landed) = crate::support::commit_peer_then_ours(&ds, peer, ours).await;
+            ledger.record(format!("{case}, merge first: {merge_first}"), &j, Upstream::Compatible);
+            let Ok(after) = landed else { continue };
+            let m = after.manifest();
+            assert_eq!(m.schema.metadata.get("merge.schema").map(String::as_str), Some("preserved"), "{case}");
+            assert_eq!(m.schema.fields[1].metadata.get("merge.field").map(String::as_str), Some("preserved"), "{case}");
+            let map = if table_metadata { &m.table_metadata } else { &m.config };
+            assert_eq!(map.get("key").map(String::as_str), Some("value"), "{case}");
+        }
+    }
+    ledger.finish();
+}
+
+/// Commits for real: a merge that sets schema and field metadata and an update of the same
+/// metadata (replacing or not), in both orders: the second to commit must retry.
+#[tokio::test]
+async fn test_concurrent_merge_and_metadata_update_conflict() {
+    let mut ledger = Ledger::new("test_concurrent_merge_and_metadata_update_conflict", &[], &[]);
+    for (case, schema_metadata) in [("schema_metadata", true), ("field_metadata", false)] {
+        for replace in [true, false] {
+            for merge_first in [true, false] {
+                let (_dir, ds) = sample().await;
+                let field_id = ds.manifest().schema.fields[1].id;
+                let merge = txn(&ds, metadata_merge(&ds, "coordinated"));
+                let map = replacing_map("replacement", "coordinated", replace);
+                let update = txn(
+                    &ds,
+                    Operation::UpdateConfig {
+                        config_updates: None,
+                        table_metadata_updates: None,
+                        schema_metadata_updates: schema_metadata.then(|| map.clone()),
+                        field_metadata_updates: if schema_metadata {
+                            HashMap::new()
+                        } else {
+                            HashMap::from([(field_id, map)])
+                        },
+                    },
+                );
+                let (peer, ours) = if merge_first { (merge, update) } else { (update, merge) };
+                let (j, landed) = crate::support::commit_peer_then_ours(&ds, peer, ours).await;
+                assert!(landed.is_err() || j.resolution.verdict.label() == "ok");
+                ledger.record(
+                    format!("{case}, replace: {replace}, merge first: {merge_first}"),
+                    &j,
+                    Upstream::Retryable,
+                );
+            }
+        }
+    }
+    ledger.finish();
+}

@@ -157,3 +157,28 @@ impl Ledger {
         (self.observed.len(), deviating)
     }
 }
+
+/// Upstream tests that commit for real: commit `peer` with Lance's own `CommitBuilder`, judge
+/// `ours` (read at `at_read`'s version) against that history with both resolvers, then commit
+/// `ours` through our commit loop. Returns the judgement and the dataset ours landed on, or the
+/// verdict label our commit loop refused with; the commit's outcome must equal the driver's verdict.
+pub async fn commit_peer_then_ours(
+    at_read: &Arc<Dataset>,
+    peer: Transaction,
+    ours: Transaction,
+) -> (Judgement, Result<Dataset, &'static str>) {
+    use lance_actions_commit::{CommitError, DatasetActionsExt, judge};
+    let latest = Arc::new(
+        lance::dataset::CommitBuilder::new(at_read.clone()).execute(peer).await.expect("Lance commits the peer"),
+    );
+    let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
+    let outcome = match latest.action_commit().with_max_attempts(3).execute(ours).await {
+        Ok((ds, _)) => Ok(ds),
+        Err(CommitError::Retry { .. }) => Err("retry"),
+        Err(CommitError::Fail { .. }) => Err("fail"),
+        Err(e) => panic!("our commit loop errored: {e}"),
+    };
+    let landed = if outcome.is_ok() { "ok" } else { outcome.as_ref().err().copied().unwrap_or("?") };
+    assert_eq!(landed, j.resolution.verdict.label(), "the commit loop's outcome equals the driver's verdict");
+    (j, outcome)
+}
