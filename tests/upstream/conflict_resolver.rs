@@ -615,3 +615,58 @@ async fn test_concurrent_merge_and_metadata_update_conflict() {
     }
     ledger.finish();
 }
+
+/// An in-place rewrite of field `field` in fragment 0 (Lance's `UpdateMode::RewriteColumns`), set
+/// against a projection that keeps only field 0 (`id`).
+#[tokio::test]
+async fn test_column_rewrite_conflicts_with_a_projection_that_dropped_its_field() {
+    let (_dir, ds) = sample().await;
+    let kept = ds.manifest().schema.project(&["id"]).expect("project id");
+    let project = txn(&ds, Operation::Project { schema: kept, preserves_nullability: true });
+    let mut ledger = Ledger::new("test_column_rewrite_conflicts_with_a_projection_that_dropped_its_field", &[], &[]);
+    for (case, field, conflict) in
+        [("field_survives_the_projection", 0, false), ("field_dropped_by_the_projection", 1, true)]
+    {
+        let rewrite = Operation::Update {
+            removed_fragment_ids: vec![],
+            updated_fragments: vec![ds.manifest().fragments[0].clone()],
+            new_fragments: vec![],
+            fields_modified: vec![field],
+            compacted_sstables: vec![],
+            fields_for_preserving_frag_bitmap: vec![],
+            update_mode: Some(lance_table::transaction::UpdateMode::RewriteColumns),
+            inserted_rows_filter: None,
+            updated_fragment_offsets: None,
+        };
+        let j = judge_after(&ds, &txn(&ds, rewrite), None, &project).await;
+        // Upstream asserts only whether the result is a retryable conflict.
+        ledger.record(case, &j, if conflict { Upstream::Retryable } else { Upstream::Compatible });
+    }
+    ledger.finish();
+}
+
+/// Commits for real: two overwrites staged at the same version; Lance commits the first, ours
+/// must retry, and the table holds the first overwrite's rows only.
+#[tokio::test]
+async fn test_concurrent_overwrites_retryable() {
+    use lance::dataset::{InsertBuilder, WriteMode, WriteParams};
+    let (_dir, ds) = sample().await;
+    let stage = |ids: Vec<i64>| {
+        let ds = ds.clone();
+        async move {
+            let params = WriteParams { mode: WriteMode::Overwrite, ..Default::default() };
+            let batch = lance_actions_commit::scenario::batch(&ids).expect("batch");
+            InsertBuilder::new(ds).with_params(&params).execute_uncommitted(vec![batch]).await.expect("stage overwrite")
+        }
+    };
+    let first = stage((10..15).collect()).await;
+    let second = stage((10..15).collect()).await;
+    let (j, landed) = crate::support::commit_peer_then_ours(&ds, first, second).await;
+    let mut ledger = Ledger::new("test_concurrent_overwrites_retryable", &[], &[]);
+    ledger.record("second overwrite", &j, Upstream::Retryable);
+    ledger.finish();
+    assert!(landed.is_err(), "the second overwrite wrote nothing");
+    let head = lance::Dataset::open(ds.uri()).await.expect("reopen");
+    assert_eq!(head.manifest().version, ds.manifest().version + 1, "only the first overwrite landed");
+    assert_eq!(head.count_rows(None).await.expect("count"), 5);
+}
