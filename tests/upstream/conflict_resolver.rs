@@ -389,7 +389,8 @@ fn mem_wal(shard: u128, generation: u64) -> Operation {
 #[tokio::test]
 async fn test_update_config_conflicts_with_restore() {
     // (case, field metadata, schema metadata, upstream: conflicts?)
-    let cases: [(&str, Option<(i32, &str, &str)>, &[(&str, &str)], bool); 3] = [
+    type Case<'a> = (&'a str, Option<(i32, &'a str, &'a str)>, &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 3] = [
         ("field_metadata", Some((0, "fresh", "{}")), &[], true),
         ("schema_metadata", None, &[("owner", "refresh")], true),
         ("config_only", None, &[], false),
