@@ -743,3 +743,78 @@ async fn test_create_index_vs_update_mem_wal_state_rebase() {
     )
     .await;
 }
+
+/// A merge claims the table's nullability unless it preserves it; a stale append must retry over a
+/// claiming merge, and a merge always retries over an append.
+#[tokio::test]
+async fn test_merge_claim_blocks_stale_append() {
+    let (_dir, ds) = sample().await;
+    let append = txn(&ds, Operation::Append { fragments: new_fragments(&ds, &[100]).await });
+    let mut ledger = Ledger::new("test_merge_claim_blocks_stale_append", &[], &[]);
+    for claims in [true, false] {
+        let merge = txn(
+            &ds,
+            Operation::Merge {
+                fragments: ds.manifest().fragments.as_ref().clone(),
+                schema: ds.manifest().schema.clone(),
+                preserves_nullability: !claims,
+            },
+        );
+        let expected = if claims { Upstream::Retryable } else { Upstream::NotRetryable };
+        ledger.record(
+            format!("append after merge, claims {claims}"),
+            &judge_after(&ds, &append, None, &merge).await,
+            expected,
+        );
+        ledger.record(
+            format!("merge after append, claims {claims}"),
+            &judge_after(&ds, &merge, None, &append).await,
+            Upstream::Retryable,
+        );
+    }
+    ledger.finish();
+}
+
+/// A projection that claims nullability (`preserves_nullability = false`) is a barrier to every
+/// write that can supply values, in either order. Upstream's projection keeps the one field its
+/// writers name; on the sample it keeps every field, so only the claim is in question.
+#[tokio::test]
+async fn test_non_null_claim_barrier() {
+    let (_dir, ds) = sample().await;
+    let samples = lance_actions::samples::manifest_edits(&ds.manifest().fragments, &ds.manifest().schema, 0);
+    let sample_op = |kind: lance_actions::OperationKind, variant: &str| {
+        samples.iter().find(|(k, v, _)| *k == kind && *v == variant).map(|(_, _, op)| op.clone()).expect("sample op")
+    };
+    let writers = vec![
+        ("append", Operation::Append { fragments: new_fragments(&ds, &[100]).await }),
+        (
+            "update",
+            Operation::Update {
+                removed_fragment_ids: vec![],
+                updated_fragments: vec![ds.manifest().fragments[0].clone()],
+                new_fragments: vec![],
+                fields_modified: vec![0],
+                compacted_sstables: vec![],
+                fields_for_preserving_frag_bitmap: vec![],
+                update_mode: Some(lance_table::transaction::UpdateMode::RewriteColumns),
+                inserted_rows_filter: None,
+                updated_fragment_offsets: None,
+            },
+        ),
+        ("replacement", sample_op(lance_actions::OperationKind::DataReplacement, "frag0")),
+        ("overlay", sample_op(lance_actions::OperationKind::DataOverlay, "frag0-v")),
+    ];
+    let mut ledger = Ledger::new("test_non_null_claim_barrier", &[], &[]);
+    for (writer_name, writer) in &writers {
+        for claims in [true, false] {
+            let project = Operation::Project { schema: ds.manifest().schema.clone(), preserves_nullability: !claims };
+            let expected = if claims { Upstream::Retryable } else { Upstream::NotRetryable };
+            for (order, ours, theirs) in [("project-rebasing", &project, writer), ("writer-rebasing", writer, &project)]
+            {
+                let j = judge_after(&ds, &txn(&ds, ours.clone()), None, &txn(&ds, theirs.clone())).await;
+                ledger.record(format!("{writer_name}/claims={claims}/{order}"), &j, expected);
+            }
+        }
+    }
+    ledger.finish();
+}

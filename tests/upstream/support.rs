@@ -22,6 +22,8 @@ pub enum Upstream {
     NotCompatible,
     /// Any error (upstream asserts only `is_err()`): Retry or Fail.
     Conflict,
+    /// Anything but a retryable conflict (upstream asserts only `!matches!(.., Retryable..)`).
+    NotRetryable,
 }
 
 impl Upstream {
@@ -32,6 +34,7 @@ impl Upstream {
             Upstream::Retryable => "retry",
             Upstream::NotCompatible => "fail",
             Upstream::Conflict => "retry|fail",
+            Upstream::NotRetryable => "ok|fail",
         }
     }
 
@@ -39,6 +42,7 @@ impl Upstream {
     pub fn admits(self, verdict: &str) -> bool {
         match self {
             Upstream::Conflict => verdict != "ok",
+            Upstream::NotRetryable => verdict != "retry",
             other => other.label() == verdict,
         }
     }
