@@ -818,3 +818,139 @@ async fn test_non_null_claim_barrier() {
     }
     ledger.finish();
 }
+
+/// An overlay of field `v` (upstream: its field 0; ours is the primary key) on fragment `i`,
+/// covering row 0: a copy of the fragment's data file read as that column.
+fn overlay_on(ds: &lance::Dataset, i: usize) -> Operation {
+    use lance::dataset::transaction::DataOverlayGroup;
+    use lance_table::format::overlay::{DataOverlayFile, OverlayCoverage};
+    let fragment = &ds.manifest().fragments[i];
+    let mut file = fragment.files[0].clone();
+    file.path = format!("overlay-{i}.lance");
+    file.fields = std::sync::Arc::from(vec![1]);
+    file.column_indices = std::sync::Arc::from(vec![0]);
+    Operation::DataOverlay {
+        groups: vec![DataOverlayGroup {
+            fragment_id: fragment.id,
+            overlays: vec![DataOverlayFile {
+                data_file: file,
+                coverage: OverlayCoverage::dense(RoaringBitmap::from_iter([0u32])),
+                committed_version: 0,
+            }],
+        }],
+    }
+}
+
+fn update_with(
+    removed: Vec<u64>,
+    updated: Vec<Fragment>,
+    new: Vec<Fragment>,
+    fields: Vec<u32>,
+    mode: Option<lance_table::transaction::UpdateMode>,
+) -> Operation {
+    Operation::Update {
+        removed_fragment_ids: removed,
+        updated_fragments: updated,
+        new_fragments: new,
+        fields_modified: fields,
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: mode,
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    }
+}
+
+/// Our overlay on fragment 1 against 17 committed peers.
+#[tokio::test]
+async fn test_data_overlay_conflicts() {
+    use Upstream::{Compatible as C, NotCompatible as N, Retryable as R};
+    use lance_table::transaction::UpdateMode::{RewriteColumns, RewriteRows};
+    let (_dir, ds) = sample().await;
+    let frag = |i: usize| ds.manifest().fragments[i].clone();
+    let (frag1_deleted, _) = delete_shape(&ds, "id = 12").await;
+    let (frag1_moved, _) = delete_shape(&ds, "id = 13").await;
+    let (frag0_moved, _) = delete_shape(&ds, "id = 3").await;
+    let (_, frag1_removed) = delete_shape(&ds, "id >= 8 AND id < 16").await;
+    assert_eq!(frag1_removed, vec![1]);
+    let mut replacement_file = frag(1).files[0].clone();
+    replacement_file.path = "replacement-1.lance".into();
+    let whole = |i: usize| rewrite(vec![frag(i)], vec![Fragment { id: 0, ..frag(i) }]);
+    let cases: Vec<(&str, Operation, Upstream)> = vec![
+        ("append", Operation::Append { fragments: new_fragments(&ds, &[100]).await }, C),
+        ("empty create index", Operation::CreateIndex { new_indices: vec![], removed_indices: vec![] }, C),
+        (
+            "replacement of fragment 1",
+            Operation::DataReplacement {
+                replacements: vec![lance::dataset::transaction::DataReplacementGroup(1, replacement_file)],
+            },
+            C,
+        ),
+        ("overlay on fragment 1", overlay_on(&ds, 1), C),
+        (
+            "delete in fragment 1",
+            Operation::Delete {
+                updated_fragments: frag1_deleted,
+                deleted_fragment_ids: vec![],
+                predicate: "id = 12".into(),
+            },
+            C,
+        ),
+        ("column rewrite of fragment 1", update_with(vec![], vec![frag(1)], vec![], vec![1], Some(RewriteColumns)), C),
+        ("update removing fragment 2", update_with(vec![2], vec![], vec![], vec![], None), C),
+        (
+            "delete removing fragment 1",
+            Operation::Delete {
+                updated_fragments: vec![],
+                deleted_fragment_ids: frag1_removed,
+                predicate: "id >= 8 AND id < 16".into(),
+            },
+            R,
+        ),
+        ("update removing fragment 1", update_with(vec![1], vec![], vec![], vec![], None), R),
+        (
+            "row-moving update of fragment 1",
+            update_with(vec![], frag1_moved, new_fragments(&ds, &[13]).await, vec![], Some(RewriteRows)),
+            C,
+        ),
+        (
+            "row-moving update of fragment 0",
+            update_with(vec![], frag0_moved, new_fragments(&ds, &[3]).await, vec![], Some(RewriteRows)),
+            C,
+        ),
+        ("rewrite of fragment 1", whole(1), R),
+        ("rewrite of fragment 0", whole(0), C),
+        (
+            "merge",
+            Operation::Merge {
+                fragments: ds.manifest().fragments.as_ref().clone(),
+                schema: ds.manifest().schema.clone(),
+                preserves_nullability: true,
+            },
+            R,
+        ),
+        ("restore", Operation::Restore { version: 1 }, N),
+        ("overwrite", stage_overwrite(&ds).await, N),
+        ("empty MemWAL state update", Operation::UpdateMemWalState { compacted_sstables: vec![] }, N),
+    ];
+    let ours = txn(&ds, overlay_on(&ds, 1));
+    let mut ledger = Ledger::new("test_data_overlay_conflicts", &[], &[]);
+    for (case, peer, expected) in cases {
+        ledger.record(case, &judge_after(&ds, &ours, None, &txn(&ds, peer)).await, expected);
+    }
+    ledger.finish();
+}
+
+#[tokio::test]
+async fn test_rewrite_conflicts_with_data_overlay() {
+    let (_dir, ds) = sample().await;
+    let frag1 = ds.manifest().fragments[1].clone();
+    let ours = txn(&ds, rewrite(vec![frag1.clone()], vec![Fragment { id: 0, ..frag1 }]));
+    let mut ledger = Ledger::new("test_rewrite_conflicts_with_data_overlay", &[], &[]);
+    for (case, i, expected) in
+        [("overlay on fragment 1", 1, Upstream::Retryable), ("overlay on fragment 0", 0, Upstream::Compatible)]
+    {
+        ledger.record(case, &judge_after(&ds, &ours, None, &txn(&ds, overlay_on(&ds, i))).await, expected);
+    }
+    ledger.finish();
+}
