@@ -1032,3 +1032,88 @@ async fn test_update_conflicts_with_data_overlay() {
 /// them disjoint from the overlay's coverage (offset 0) and commit.
 const UPDATE_OVERLAY_DEVIATIONS: &[(&str, &str, &str)] =
     &[("row-moving update without affected rows", "ok", "D7-rows-from-deletion-files")];
+
+/// Our new index on field 0 trained over fragments 0 and 1, after an in-place rewrite of field
+/// `field` in fragment 1: upstream's rebase prunes fragment 1 from the index when the rewritten
+/// field is the indexed one. We check the coverage our rebased transaction lowers to.
+#[tokio::test]
+#[ignore = "model bug: a new index after an in-place rewrite of its field in one of its fragments retries (DataFilesChanged) where Lance prunes that fragment from the index's coverage; see tests/upstream/README.md"]
+async fn test_create_index_rebase_prunes_updated_field_coverage() {
+    use lance_table::transaction::UpdateMode::RewriteColumns;
+    let (_dir, ds) = sample().await;
+    let index = lance_actions::samples::index_on(
+        uuid::Uuid::new_v4(),
+        "test",
+        0,
+        ds.manifest().version,
+        RoaringBitmap::from_iter([0u32, 1]),
+    );
+    let ours = txn(&ds, Operation::CreateIndex { new_indices: vec![index], removed_indices: vec![] });
+    let frag1 = ds.manifest().fragments[1].clone();
+    let mut ledger = Ledger::new("test_create_index_rebase_prunes_updated_field_coverage", &[], &[]);
+    for (case, field, expected_fragments) in
+        [("indexed_field_updated", 0u32, vec![0u32]), ("other_field_updated", 1, vec![0, 1])]
+    {
+        let update = txn(&ds, update_with(vec![], vec![frag1.clone()], vec![], vec![field], Some(RewriteColumns)));
+        let j = judge_after(&ds, &ours, None, &update).await;
+        ledger.record(case, &j, Upstream::Compatible);
+        let Ok(Operation::CreateIndex { new_indices, .. }) = lance_actions::lower(&j.resolution.txn) else {
+            panic!("{case}: our rebased transaction lowers to a CreateIndex");
+        };
+        assert_eq!(
+            new_indices[0].fragment_bitmap.as_ref(),
+            Some(&RoaringBitmap::from_iter(expected_fragments)),
+            "{case}: the rebased index covers only fragments whose indexed field is unchanged"
+        );
+    }
+    ledger.finish();
+}
+
+/// Commits for real: Lance commits a row-moving update of id 0 (offset 0 of fragment 0); our
+/// overlay of `v` on fragment 0 then goes through our commit loop. It must retry when its
+/// coverage holds the moved row and land otherwise, with the overlaid value readable.
+#[tokio::test]
+async fn test_data_overlay_finish_conflicts_with_row_moving_update() {
+    use lance::dataset::transaction::DataOverlayGroup;
+    use lance_table::format::overlay::OverlayCoverage;
+    use lance_table::transaction::UpdateMode::RewriteRows;
+    let mut ledger = Ledger::new("test_data_overlay_finish_conflicts_with_row_moving_update", &[], &[]);
+    for (case, offset, conflict) in
+        [("coverage_overlaps_moved_row", 0u32, true), ("coverage_disjoint_from_moved_row", 3, false)]
+    {
+        let (_dir, ds) = sample().await;
+        // Writes the sample overlay files next to the data, so a landed overlay can be scanned.
+        lance_actions_commit::scenario::stage_all(&ds).await.expect("sample files");
+        let (moved, _) = delete_shape(&ds, "id = 0").await;
+        let update = txn(&ds, update_with(vec![], moved, new_fragments(&ds, &[0]).await, vec![], Some(RewriteRows)));
+        let mut overlay = overlay_on(&ds, 0);
+        if let Operation::DataOverlay { groups } = &mut overlay {
+            let DataOverlayGroup { overlays, .. } = &mut groups[0];
+            overlays[0].coverage = OverlayCoverage::dense(RoaringBitmap::from_iter([offset]));
+        }
+        let (j, landed) = crate::support::commit_peer_then_ours(&ds, update, txn(&ds, overlay)).await;
+        ledger.record(case, &j, if conflict { Upstream::Retryable } else { Upstream::Compatible });
+        let Ok(after) = landed else { continue };
+        // The overlay file is a copy of fragment 0's data, its first column (`id`) read as `v`;
+        // a dense coverage packs its values, so the one covered cell reads the file's first row
+        // (0) instead of the table's 30.
+        assert_eq!(scan_v(&ds, 3).await, Some(30), "{case}: before the overlay");
+        assert_eq!(scan_v(&after, 3).await, Some(0), "{case}: the overlaid cell reads the overlay's value");
+        assert_eq!(scan_v(&after, 4).await, Some(40), "{case}: an uncovered cell keeps its value");
+        assert_eq!(after.count_rows(None).await.expect("count"), 32, "{case}: no row lost or duplicated");
+    }
+    ledger.finish();
+}
+
+/// `v` of the row with the given id, if there is one.
+async fn scan_v(ds: &lance::Dataset, id: i64) -> Option<i64> {
+    use arrow_array::Array;
+    use futures::TryStreamExt;
+    let mut scan = ds.scan();
+    scan.filter(&format!("id = {id}")).expect("filter").project(&["v"]).expect("project");
+    let batches: Vec<arrow_array::RecordBatch> =
+        scan.try_into_stream().await.expect("scan").try_collect().await.expect("scan");
+    let column = batches.first()?.column(0).clone();
+    let v = column.as_any().downcast_ref::<arrow_array::Int64Array>()?;
+    (!v.is_empty()).then(|| v.value(0))
+}
