@@ -1117,3 +1117,60 @@ async fn scan_v(ds: &lance::Dataset, id: i64) -> Option<i64> {
     let v = column.as_any().downcast_ref::<arrow_array::Int64Array>()?;
     (!v.is_empty()).then(|| v.value(0))
 }
+
+/// Our update of fragment 0 against three committed peers that touch only other fragments (an
+/// update of fragment 1 that removes fragment 2, a delete that removes fragment 3, an update of
+/// fragment 4), committed one after another: no conflict. Upstream also asserts that its resolver
+/// did no IO and left the transaction unchanged; our driver is pure, and the rebased transaction
+/// is checked to lower back to the same fragments.
+#[tokio::test]
+async fn test_non_overlapping_rebase_delete_update() {
+    use lance::dataset::{InsertBuilder, WriteMode, WriteParams};
+    use lance_table::transaction::UpdateMode::RewriteRows;
+    let (_dir, sample_ds) = sample().await;
+    // A fifth fragment (ids 32..40), as upstream's table has five.
+    let params = WriteParams { mode: WriteMode::Append, max_rows_per_file: 8, ..Default::default() };
+    let batch = lance_actions_commit::scenario::batch(&(32..40).collect::<Vec<_>>()).expect("batch");
+    let ds = std::sync::Arc::new(
+        InsertBuilder::new(sample_ds.clone()).with_params(&params).execute(vec![batch]).await.expect("append"),
+    );
+    assert_eq!(ds.manifest().fragments.len(), 5);
+    let moving =
+        |updated: Vec<Fragment>, removed: Vec<u64>| update_with(removed, updated, vec![], vec![], Some(RewriteRows));
+    let (ours_frag0, _) = delete_shape(&ds, "id = 1").await;
+    let (frag1, _) = delete_shape(&ds, "id = 9").await;
+    let (_, frag3) = delete_shape(&ds, "id >= 24 AND id < 32").await;
+    let (frag4, _) = delete_shape(&ds, "id = 33").await;
+    assert_eq!(frag3, vec![3]);
+    let v = ds.manifest().version;
+    let committed = vec![
+        (v + 1, txn(&ds, moving(frag1, vec![2]))),
+        (
+            v + 2,
+            txn(
+                &ds,
+                Operation::Delete {
+                    updated_fragments: vec![],
+                    deleted_fragment_ids: frag3,
+                    predicate: "id >= 24 AND id < 32".into(),
+                },
+            ),
+        ),
+        (v + 3, txn(&ds, moving(frag4, vec![]))),
+    ];
+    let ours = txn(&ds, moving(ours_frag0.clone(), vec![]));
+    let j = lance_actions_commit::judge_against(&ds, &ds, &committed, &ours, None).await.expect("judge");
+    let mut ledger = Ledger::new("test_non_overlapping_rebase_delete_update", &[], &[]);
+    ledger.record("after three disjoint peers", &j, Upstream::Compatible);
+    ledger.finish();
+    let Ok(Operation::Update { updated_fragments, removed_fragment_ids, .. }) = lance_actions::lower(&j.resolution.txn)
+    else {
+        panic!("our rebased transaction lowers to an Update");
+    };
+    assert_eq!(updated_fragments.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0]);
+    assert_eq!(
+        updated_fragments[0].deletion_file, ours_frag0[0].deletion_file,
+        "the rebase left our fragment as it was"
+    );
+    assert!(removed_fragment_ids.is_empty());
+}
