@@ -1174,3 +1174,47 @@ async fn test_non_overlapping_rebase_delete_update() {
     );
     assert!(removed_fragment_ids.is_empty());
 }
+
+/// One of upstream's four writers of row 0 (id 0, fragment 0), staged on `ds`.
+async fn row0_writer(ds: &std::sync::Arc<lance::Dataset>, name: &str) -> Operation {
+    let moved = || async { new_fragments(ds, &[0]).await };
+    match name {
+        "update_full" => update_with(vec![0], vec![], moved().await, vec![], None),
+        "update_partial" => update_with(vec![], delete_shape(ds, "id = 0").await.0, moved().await, vec![], None),
+        "delete_full" => {
+            let (_, removed) = delete_shape(ds, "id < 8").await;
+            Operation::Delete { updated_fragments: vec![], deleted_fragment_ids: removed, predicate: "id < 8".into() }
+        }
+        "delete_partial" => Operation::Delete {
+            updated_fragments: delete_shape(ds, "id = 0").await.0,
+            deleted_fragment_ids: vec![],
+            predicate: "id = 0".into(),
+        },
+        other => panic!("no writer {other}"),
+    }
+}
+
+/// Commits for real: every pair of the four writers of row 0 (a full or partial update, a full or
+/// partial delete). Lance commits the peer; ours, reporting row 0 as affected, goes through our
+/// commit loop and must retry (upstream: early for a full rewrite or delete, at finish otherwise);
+/// the table then holds the peer's result alone.
+#[tokio::test]
+async fn test_conflicting_rebase() {
+    let writers = ["update_full", "update_partial", "delete_full", "delete_partial"];
+    let mut ledger = Ledger::new("test_conflicting_rebase", &[], &[]);
+    for ours_name in writers {
+        for other_name in writers {
+            let (_dir, ds) = sample().await;
+            let peer = txn(&ds, row0_writer(&ds, other_name).await);
+            let ours = txn(&ds, row0_writer(&ds, ours_name).await);
+            let mut affected = lance_select::RowAddrTreeMap::new();
+            affected.insert_bitmap(0, RoaringBitmap::from_iter([0u32]));
+            let (j, landed) = crate::support::commit_peer_then_ours_with(&ds, peer, ours, Some(affected)).await;
+            ledger.record(format!("{ours_name} after {other_name}"), &j, Upstream::Retryable);
+            assert!(landed.is_err(), "{ours_name} after {other_name}: nothing of ours landed");
+            let head = lance::Dataset::open(ds.uri()).await.expect("reopen");
+            assert_eq!(head.manifest().version, ds.manifest().version + 1, "only the peer landed");
+        }
+    }
+    ledger.finish();
+}

@@ -171,12 +171,26 @@ pub async fn commit_peer_then_ours(
     peer: Transaction,
     ours: Transaction,
 ) -> (Judgement, Result<Dataset, &'static str>) {
+    commit_peer_then_ours_with(at_read, peer, ours, None).await
+}
+
+/// `commit_peer_then_ours`, with the rows ours reports as affected (`with_affected_rows`).
+pub async fn commit_peer_then_ours_with(
+    at_read: &Arc<Dataset>,
+    peer: Transaction,
+    ours: Transaction,
+    affected: Option<RowAddrTreeMap>,
+) -> (Judgement, Result<Dataset, &'static str>) {
     use lance_actions_commit::{CommitError, DatasetActionsExt, judge};
     let latest = Arc::new(
         lance::dataset::CommitBuilder::new(at_read.clone()).execute(peer).await.expect("Lance commits the peer"),
     );
-    let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
-    let outcome = match latest.action_commit().with_max_attempts(3).execute(ours).await {
+    let j = judge(&latest, &ours, affected.as_ref()).await.unwrap_or_else(|e| panic!("judging: {e}"));
+    let mut commit = latest.action_commit().with_max_attempts(3);
+    if let Some(rows) = affected {
+        commit = commit.with_affected_rows(rows);
+    }
+    let outcome = match commit.execute(ours).await {
         Ok((ds, _)) => Ok(ds),
         Err(CommitError::Retry { .. }) => Err("retry"),
         Err(CommitError::Fail { .. }) => Err("fail"),
