@@ -1218,3 +1218,53 @@ async fn test_conflicting_rebase() {
     }
     ledger.finish();
 }
+
+/// Commits for real: three writers staged at one version each change a different row of
+/// fragment 0 (move id 0, delete id 1, move id 2) and commit one after another through our commit
+/// loop, each reporting its row; each lands over the ones before it, and the table ends with id 1
+/// gone and ids 0 and 2 present once.
+#[tokio::test]
+async fn test_non_conflicting_rebase_delete_update() {
+    use lance_actions_commit::{DatasetActionsExt, judge};
+    use lance_table::transaction::UpdateMode::RewriteRows;
+    let (_dir, ds) = sample().await;
+    let moving =
+        |updated: Vec<Fragment>, new: Vec<Fragment>| update_with(vec![], updated, new, vec![], Some(RewriteRows));
+    let writers = vec![
+        ("update of row 0", moving(delete_shape(&ds, "id = 0").await.0, new_fragments(&ds, &[0]).await), 0u32),
+        (
+            "delete of row 1",
+            Operation::Delete {
+                updated_fragments: delete_shape(&ds, "id = 1").await.0,
+                deleted_fragment_ids: vec![],
+                predicate: "id = 1".into(),
+            },
+            1,
+        ),
+        ("update of row 2", moving(delete_shape(&ds, "id = 2").await.0, new_fragments(&ds, &[2]).await), 2),
+    ];
+    let mut ledger = Ledger::new("test_non_conflicting_rebase_delete_update", &[], &[]);
+    let mut latest = ds.clone();
+    for (case, op, row) in writers {
+        let ours = txn(&ds, op);
+        let mut affected = lance_select::RowAddrTreeMap::new();
+        affected.insert_bitmap(0, RoaringBitmap::from_iter([row]));
+        if latest.manifest().version > ds.manifest().version {
+            let j = judge(&latest, &ours, Some(&affected)).await.expect("judge");
+            ledger.record(case, &j, Upstream::Compatible);
+        }
+        let (after, _) = latest
+            .action_commit()
+            .with_affected_rows(affected)
+            .execute(ours)
+            .await
+            .unwrap_or_else(|e| panic!("{case} lands: {e}"));
+        latest = std::sync::Arc::new(after);
+    }
+    ledger.finish();
+    assert_eq!(latest.count_rows(None).await.expect("count"), 31, "one row deleted, two moved");
+    assert_eq!(scan_v(&latest, 1).await, None, "id 1 is deleted");
+    for id in [0, 2] {
+        assert_eq!(latest.count_rows(Some(format!("id = {id}"))).await.expect("count"), 1, "id {id} once");
+    }
+}
