@@ -1268,3 +1268,131 @@ async fn test_non_conflicting_rebase_delete_update() {
         assert_eq!(latest.count_rows(Some(format!("id = {id}"))).await.expect("count"), 1, "id {id} once");
     }
 }
+
+/// A replacement of fragment `i`'s data file restricted to `fields` (upstream's positional files
+/// `pathI_XY`; the sample's one file holds fields 0, 1 and 2, so upstream's fields 2 and 3 are the
+/// sample's field 2).
+fn replacement(ds: &lance::Dataset, i: usize, fields: &[i32]) -> Operation {
+    let fragment = &ds.manifest().fragments[i];
+    let mut file = fragment.files[0].clone();
+    file.path = format!("replacement-{i}.lance");
+    file.fields = std::sync::Arc::from(fields.to_vec());
+    file.column_indices = std::sync::Arc::from((0..fields.len() as i32).collect::<Vec<_>>());
+    Operation::DataReplacement {
+        replacements: vec![lance::dataset::transaction::DataReplacementGroup(fragment.id, file)],
+    }
+}
+
+#[tokio::test]
+async fn test_conflicts_data_replacement() {
+    use Upstream::{Compatible as C, NotCompatible as N, Retryable as R};
+    use lance_table::transaction::UpdateMode::{RewriteColumns, RewriteRows};
+    let (_dir, ds) = sample().await;
+    let frag = |i: usize| ds.manifest().fragments[i].clone();
+    let ours = replacement(&ds, 0, &[0, 1]);
+    let inserted = new_fragments(&ds, &[500]).await;
+    let (frag0_moved, _) = delete_shape(&ds, "id = 3").await;
+    let (frag1_moved, _) = delete_shape(&ds, "id = 11").await;
+    let (frag0_deleted, _) = delete_shape(&ds, "id = 4").await;
+    let (_, frag0_removed) = delete_shape(&ds, "id < 8").await;
+    let fragments: RoaringBitmap = RoaringBitmap::from_iter([0u32]);
+    let mut covering =
+        lance_actions::samples::index_on(uuid::Uuid::new_v4(), "covering_idx", 0, ds.manifest().version, fragments);
+    covering.fields = vec![0, 2];
+    covering.covering_fields = vec![2];
+    let cases: Vec<(&str, Operation, Operation, Upstream)> = vec![
+        ("Different fragments", ours.clone(), replacement(&ds, 1, &[0, 1]), C),
+        ("Same fragment, different fields", ours.clone(), replacement(&ds, 0, &[2]), C),
+        ("Same fragment, same fields", ours.clone(), replacement(&ds, 0, &[0, 1]), R),
+        ("Same fragment, overlapping fields", ours.clone(), replacement(&ds, 0, &[1, 2]), R),
+        (
+            "DataReplacement vs Rewrite on same fragment",
+            ours.clone(),
+            rewrite(vec![frag(0)], vec![Fragment { id: 0, ..frag(0) }]),
+            R,
+        ),
+        (
+            "DataReplacement vs Rewrite on different fragment",
+            ours.clone(),
+            rewrite(vec![frag(1)], vec![Fragment { id: 0, ..frag(1) }]),
+            C,
+        ),
+        (
+            "DataReplacement vs Update (RewriteColumns) on a different field",
+            ours.clone(),
+            update_with(vec![], vec![frag(0)], vec![], vec![2], Some(RewriteColumns)),
+            C,
+        ),
+        (
+            "DataReplacement vs Update (RewriteColumns) with inserts on a different field",
+            ours.clone(),
+            update_with(vec![], vec![frag(0)], inserted.clone(), vec![2], Some(RewriteColumns)),
+            C,
+        ),
+        (
+            "DataReplacement vs Update (RewriteColumns) that rewrote one of our fields",
+            ours.clone(),
+            update_with(vec![], vec![frag(0)], vec![], vec![1], Some(RewriteColumns)),
+            R,
+        ),
+        (
+            "DataReplacement vs Update (RewriteRows) that moved our rows",
+            ours.clone(),
+            update_with(vec![], frag0_moved, inserted.clone(), vec![], Some(RewriteRows)),
+            R,
+        ),
+        (
+            "DataReplacement vs Update that removed our fragment",
+            ours.clone(),
+            update_with(vec![0], vec![], vec![], vec![], None),
+            N,
+        ),
+        (
+            "DataReplacement vs Update (RewriteRows) that moved a different fragment's rows",
+            ours.clone(),
+            update_with(vec![], frag1_moved, inserted.clone(), vec![], Some(RewriteRows)),
+            C,
+        ),
+        (
+            "DataReplacement vs Delete (deletion-vector only) on same fragment",
+            ours.clone(),
+            Operation::Delete {
+                deleted_fragment_ids: vec![],
+                updated_fragments: frag0_deleted,
+                predicate: "id = 4".into(),
+            },
+            C,
+        ),
+        (
+            "DataReplacement vs Delete that removes the fragment",
+            ours.clone(),
+            Operation::Delete {
+                deleted_fragment_ids: frag0_removed,
+                updated_fragments: vec![],
+                predicate: "id < 8".into(),
+            },
+            N,
+        ),
+        (
+            "DataReplacement vs Merge",
+            ours.clone(),
+            Operation::Merge {
+                fragments: ds.manifest().fragments.as_ref().clone(),
+                schema: ds.manifest().schema.clone(),
+                preserves_nullability: true,
+            },
+            R,
+        ),
+        (
+            "CreateIndex covering a field vs DataReplacement of that field",
+            Operation::CreateIndex { new_indices: vec![covering], removed_indices: vec![] },
+            replacement(&ds, 0, &[2]),
+            R,
+        ),
+    ];
+    let mut ledger = Ledger::new("test_conflicts_data_replacement", &[], &[]);
+    for (case, op1, op2, expected) in cases {
+        ledger.record(case, &judge_after(&ds, &txn(&ds, op1), None, &txn(&ds, op2)).await, expected);
+    }
+    ledger.finish();
+}
