@@ -1396,3 +1396,31 @@ async fn test_conflicts_data_replacement() {
     }
     ledger.finish();
 }
+
+/// Commits for real: a peer lands, then the manifest of our read version is removed (a concurrent
+/// cleanup). Our commit of a transaction read at that version must end in an error, never a panic
+/// and never a verdict it cannot justify, and write nothing.
+#[tokio::test]
+async fn test_rebase_errors_when_read_version_was_cleaned_up() {
+    use lance_actions_commit::DatasetActionsExt;
+    let (_dir, ds) = sample().await;
+    let ours = txn(&ds, update_with(vec![], delete_shape(&ds, "id = 1").await.0, vec![], vec![], None));
+    let peer = txn(&ds, Operation::Append { fragments: new_fragments(&ds, &[100]).await });
+    let latest =
+        std::sync::Arc::new(lance::dataset::CommitBuilder::new(ds.clone()).execute(peer).await.expect("peer lands"));
+    let read_manifest = format!("/{}", ds.manifest_location().path);
+    std::fs::remove_file(&read_manifest).unwrap_or_else(|e| panic!("removing {read_manifest}: {e}"));
+    let result = latest.action_commit().with_max_attempts(3).execute(ours).await;
+    // Upstream: `DatasetNotFound`, an error rather than a conflict verdict.
+    assert!(
+        matches!(&result, Err(e) if !matches!(e, lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. })),
+        "a commit whose read version is gone ends in an error, not a verdict: {:?}",
+        result.as_ref().err()
+    );
+    let head = lance::Dataset::open(ds.uri()).await.expect("reopen");
+    assert_eq!(head.manifest().version, latest.manifest().version, "nothing written");
+    println!(
+        "test_rebase_errors_when_read_version_was_cleaned_up: {}",
+        result.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+}
