@@ -1424,3 +1424,31 @@ async fn test_rebase_errors_when_read_version_was_cleaned_up() {
         result.err().map(|e| e.to_string()).unwrap_or_default()
     );
 }
+
+/// A rewrite carrying a fragment-reuse index entry without details: upstream's resolver refuses it
+/// with an index error (never a panic). Our commit loop must refuse it too and write nothing.
+#[tokio::test]
+async fn tagged_fri_rebase_returns_error_instead_of_panicking() {
+    use lance_actions_commit::DatasetActionsExt;
+    let (_dir, ds) = sample().await;
+    let mut tagged = lance_actions::samples::index_on(
+        uuid::Uuid::new_v4(),
+        lance_index::frag_reuse::FRAG_REUSE_INDEX_NAME,
+        0,
+        ds.manifest().version,
+        RoaringBitmap::new(),
+    );
+    tagged.fields = vec![];
+    tagged.fragment_bitmap = None;
+    tagged.index_version = 1;
+    let ours =
+        txn(&ds, Operation::Rewrite { groups: vec![], rewritten_indices: vec![], frag_reuse_index: Some(tagged) });
+    let result = ds.action_commit().with_max_attempts(3).execute(ours).await;
+    assert!(result.is_err(), "a tagged entry without details is refused");
+    let head = lance::Dataset::open(ds.uri()).await.expect("reopen");
+    assert_eq!(head.manifest().version, ds.manifest().version, "nothing written");
+    println!(
+        "tagged_fri_rebase_returns_error_instead_of_panicking: {}",
+        result.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+}
