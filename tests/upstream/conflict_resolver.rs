@@ -1452,3 +1452,51 @@ async fn tagged_fri_rebase_returns_error_instead_of_panicking() {
         result.err().map(|e| e.to_string()).unwrap_or_default()
     );
 }
+
+/// Our NGram index (on field `s`) over one fragment, after a committed deferred rewrite (a rewrite
+/// of fragment 1 carrying a fragment-reuse entry): it conflicts when it covers the rewritten
+/// fragment, and not otherwise.
+#[tokio::test]
+async fn test_create_ngram_index_conflicts_with_overlapping_deferred_rewrite() {
+    let (_dir, ds) = sample().await;
+    let version = ds.manifest().version;
+    let mut fri = lance_actions::samples::index_on(
+        uuid::Uuid::new_v4(),
+        lance_index::frag_reuse::FRAG_REUSE_INDEX_NAME,
+        0,
+        version + 1,
+        RoaringBitmap::from_iter([4u32]),
+    );
+    fri.fields = vec![];
+    let frag1 = ds.manifest().fragments[1].clone();
+    let deferred = Operation::Rewrite {
+        groups: vec![RewriteGroup {
+            old_fragments: vec![frag1.clone()],
+            new_fragments: vec![Fragment { id: 4, ..frag1 }],
+        }],
+        rewritten_indices: vec![],
+        frag_reuse_index: Some(fri),
+    };
+    let (existing, _) = id_index_and_fresh(&ds).await;
+    let btree_details = existing.index_details.clone().expect("the sample index has details");
+    let mut ledger = Ledger::new("test_create_ngram_index_conflicts_with_overlapping_deferred_rewrite", &[], &[]);
+    for (case, covered, expected) in
+        [("covers the rewritten fragment", 1u32, Upstream::Retryable), ("disjoint", 3, Upstream::Compatible)]
+    {
+        let mut ngram = lance_actions::samples::index_on(
+            uuid::Uuid::new_v4(),
+            "text_ngram",
+            2,
+            version,
+            RoaringBitmap::from_iter([covered]),
+        );
+        // NGram details, shaped from the sample's own BTree details (the same message type).
+        let mut details = (*btree_details).clone();
+        details.type_url = "lance.index.NGramIndexDetails".into();
+        details.value = Vec::new();
+        ngram.index_details = Some(std::sync::Arc::new(details));
+        let ours = txn(&ds, Operation::CreateIndex { new_indices: vec![ngram], removed_indices: vec![] });
+        ledger.record(case, &judge_after(&ds, &ours, None, &txn(&ds, deferred.clone())).await, expected);
+    }
+    ledger.finish();
+}
