@@ -89,6 +89,14 @@ impl From<String> for Failure {
 }
 
 fn main() -> ExitCode {
+    // A reader that stops early (`lance-actions log t | head`) closes the pipe: exit quietly as
+    // other command-line tools do, instead of panicking on the next print. Rust ignores SIGPIPE by
+    // default; restoring the default action is the whole fix, for every command at once.
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists; only resets a signal disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

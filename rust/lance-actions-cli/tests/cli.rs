@@ -1060,3 +1060,36 @@ fn a_graph_made_with_a_relative_root_reads_from_anywhere() {
     let opened: usize = String::from_utf8_lossy(&out.stdout).trim().parse().expect("count");
     assert!(opened >= 2, "main and the branch of the Person table were read: {opened}");
 }
+
+/// `log` and `explain` piped into a reader that stops early (`| head -1`) end quietly: no panic
+/// about a broken pipe, whatever the exit status.
+#[test]
+fn output_piped_into_a_reader_that_stops_early_ends_without_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines: Vec<String> = (1..=50).map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "rows.jsonl", &lines);
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let (code, _, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &input]);
+    assert_eq!(code, Some(0), "{err}");
+    for i in 51..=80 {
+        let one = jsonl(dir.path(), "one.jsonl", &[&format!(r#"{{"id": {i}, "name": "m"}}"#)]);
+        assert_eq!(run_code(&["keyed", "insert", &uri, "--input", &one]).0, Some(0));
+    }
+    for verb in ["log", "explain"] {
+        let mut child = bin()
+            .args([verb, &uri])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Read one line, then close the pipe while the command still has much more to print.
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut first = [0u8; 16];
+        std::io::Read::read_exact(&mut stdout, &mut first).expect("some output");
+        drop(stdout);
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{verb}: {err}");
+    }
+}
