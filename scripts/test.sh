@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export LANCE_ACTIONS_PYTHON="$PWD/python/.venv/bin/python"
+# Incremental caches only speed up edit-rebuild loops; a one-shot run would pay gigabytes of disk for them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# A full disk fails a build with a misleading compiler error: say how much room there is up front.
+df -h . | awk 'NR == 2 { print "disk free before the build: " $4 }'
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
