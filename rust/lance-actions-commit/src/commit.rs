@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{Transaction, TransactionBuilder};
-use lance_actions::driver::PeerCheck;
+use lance_actions::driver::{Peer, PeerCheck};
 use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_in_place};
 use lance_core::utils::deletion::DeletionVector;
 use lance_select::RowAddrTreeMap;
@@ -270,7 +270,54 @@ impl ActionCommit {
         tag: Option<String>,
         properties: HashMap<String, String>,
     ) -> CommitResult<(Dataset, CommitReport)> {
-        let mut ours = ours;
+        let fixed = self.prepare(read_version, ours, uuid, tag, properties).await?;
+        let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
+        let mut log = PeerLog::new(read_version);
+        let mut attempts = self.retry.attempts();
+        while attempts.next().await.is_some() {
+            let started = Instant::now();
+            let latest = self.read_head(&fixed.at_read).await?;
+            log.catch_up(&latest).await?;
+            // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
+            // may have landed: a version carrying our uuid is our commit, never to be written again.
+            if let Some(version) = log.landed(&fixed.uuid) {
+                return landed_at(&latest, version, report).await;
+            }
+            let (txn, entry) = judge_attempt(&fixed, &latest, &log, started).await?;
+            match &entry.verdict {
+                Verdict::Retry(reason) => {
+                    let reason = reason.clone();
+                    report.attempts.push(entry);
+                    return Err(CommitError::Retry { reason, report: Box::new(report) });
+                }
+                Verdict::Fail(reason) => {
+                    let reason = reason.clone();
+                    report.attempts.push(entry);
+                    return Err(CommitError::Fail { reason, report: Box::new(report) });
+                }
+                Verdict::Ok => {}
+            }
+            match write_attempt(&fixed, &latest, txn, entry, &mut report).await? {
+                Written::Landed(ds) => {
+                    report.version = ds.manifest().version;
+                    return Ok((ds, report));
+                }
+                Written::LostRace => continue,
+            }
+        }
+        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report) })
+    }
+
+    /// Everything the attempts share, fixed once: our actions with the caller's rows and restore
+    /// targets attached, the properties, the read version and its state, the handler to wrap.
+    async fn prepare(
+        &self,
+        read_version: u64,
+        mut ours: ActionTxn,
+        uuid: String,
+        tag: Option<String>,
+        properties: HashMap<String, String>,
+    ) -> CommitResult<Prepared> {
         attach_affected_rows(&mut ours, self.affected_rows.as_ref());
         attach_restore_targets(&mut ours, &self.dataset).await;
         let properties = self.caller_properties(&ours, properties)?;
@@ -282,114 +329,160 @@ impl ActionCommit {
         };
         let base = table_state(&at_read).await?;
         let inner_handler = self.inner_handler().await?;
-        let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
-        let mut committed = Vec::new();
-        let mut attempts = self.retry.attempts();
-        while attempts.next().await.is_some() {
-            let started = Instant::now();
-            // A version listing is cheaper than reading the head's manifest; skip the read when the
-            // head is still the version we read (the uncontended case).
-            let head_id = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
-            let latest = if head_id == at_read.manifest().version {
-                at_read.clone()
-            } else {
-                let mut latest = (*self.dataset).clone();
-                latest.checkout_latest().await.map_err(lance_err("reading the latest version"))?;
-                Arc::new(latest)
-            };
-            let head = latest.manifest().version;
-            let known = read_version + committed.len() as u64;
-            committed.extend(committed_since(&latest, known).await?);
-            // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
-            // may have landed: a version carrying our uuid is our commit, never to be written again.
-            if let Some((version, _)) = committed.iter().find(|(_, t)| t.uuid == uuid) {
-                let ds = latest.checkout_version(*version).await.map_err(lance_err("opening the landed version"))?;
-                report.version = *version;
-                return Ok((ds, report));
-            }
-            let peers = peers_of(&committed)?;
-            let mut txn = ours.clone();
-            // With no peer the head is the base: skip re-reading it.
-            let head_state = if peers.is_empty() { None } else { Some(table_state(&latest).await?) };
-            let facts = DeletionFacts::load(&latest, &base, &txn, &peers).await?;
-            verify_declared_rows(&mut txn, &base, &facts);
-            let head_ref = head_state.as_ref().unwrap_or(&base);
-            let (verdict, checks) =
-                resolve_in_place(&mut txn, &Inputs { base: &base, head: Some(head_ref), peers: &peers, facts: &facts });
-            let mut entry = AttemptReport {
-                head,
-                peers: checks,
-                verdict: verdict.clone(),
-                write: None,
-                checking: started.elapsed(),
-            };
-            match verdict {
-                Verdict::Retry(reason) => {
-                    report.attempts.push(entry);
-                    return Err(CommitError::Retry { reason, report: Box::new(report) });
-                }
-                Verdict::Fail(reason) => {
-                    report.attempts.push(entry);
-                    return Err(CommitError::Fail { reason, report: Box::new(report) });
-                }
-                Verdict::Ok => {}
-            }
-            merge_deletion_vectors(&latest, &mut txn).await?;
-            let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
-            let mut props = properties.clone();
-            props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(&txn));
-            props.insert(HISTORY_KEY.to_string(), history_line(&report, &entry));
-            let lance_txn = TransactionBuilder::new(head, op)
-                .uuid(uuid.clone())
-                .tag(tag.clone())
-                .transaction_properties(Some(Arc::new(props)))
-                .build();
-            let handler = Arc::new(ExpectVersion::new(inner_handler.clone(), head + 1));
-            crate::crash::point("before-lance-commit");
-            let result = CommitBuilder::new(latest.clone())
-                .with_commit_handler(handler.clone())
-                .with_max_retries(0)
-                .execute(lance_txn)
-                .await;
-            let record = handler.record();
-            entry.write = Some(record.clone());
-            report.attempts.push(entry);
-            match (result, record) {
-                (Ok(ds), _) => {
-                    report.version = ds.manifest().version;
-                    return Ok((ds, report));
-                }
-                (Err(_), WriteRecord::Written { version }) => {
-                    // Written, but Lance failed afterwards (for example reading it back): it landed.
-                    let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
-                    report.version = version;
-                    return Ok((ds, report));
-                }
-                // Lance could not tell whether the manifest it handed over landed (the store
-                // answered a conflict, and reading the version back failed).
-                (Err(e), _) if e.is_commit_status_unknown() => {
-                    return Err(CommitError::CommitStatusUnknown { uuid: uuid.clone(), message: e.to_string() });
-                }
-                (Err(_), WriteRecord::Refused { .. } | WriteRecord::LostRace) => continue,
-                // Lance's own rebase saw a peer landing between our read and its commit.
-                (
-                    Err(
-                        lance::Error::RetryableCommitConflict { .. }
-                        | lance::Error::IncompatibleTransaction { .. }
-                        | lance::Error::CommitConflict { .. },
-                    ),
-                    WriteRecord::NotAttempted,
-                ) => continue,
-                (Err(e), WriteRecord::Failed { message }) => {
-                    return Err(CommitError::CommitStatusUnknown {
-                        uuid: uuid.clone(),
-                        message: format!("{message}; lance: {e}"),
-                    });
-                }
-                (Err(e), _) => return Err(lance_err("committing")(e)),
-            }
+        Ok(Prepared { ours, uuid, tag, properties, at_read, base, inner_handler })
+    }
+
+    /// The head as of now. A version listing is cheaper than reading the head's manifest; the read
+    /// is skipped when the head is still the version we read (the uncontended case).
+    async fn read_head(&self, at_read: &Arc<Dataset>) -> CommitResult<Arc<Dataset>> {
+        let head_id = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
+        if head_id == at_read.manifest().version {
+            return Ok(at_read.clone());
         }
-        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report) })
+        let mut latest = (*self.dataset).clone();
+        latest.checkout_latest().await.map_err(lance_err("reading the latest version"))?;
+        Ok(Arc::new(latest))
+    }
+}
+
+/// What every attempt of one commit shares.
+struct Prepared {
+    ours: ActionTxn,
+    uuid: String,
+    tag: Option<String>,
+    properties: HashMap<String, String>,
+    at_read: Arc<Dataset>,
+    base: lance_actions::TableState,
+    inner_handler: Arc<dyn CommitHandler>,
+}
+
+/// The peers committed after the read version, read and decoded once: each attempt reads only the
+/// versions that landed since the previous attempt (peers are immutable once committed).
+struct PeerLog {
+    read_version: u64,
+    committed: Vec<(u64, Transaction)>,
+    peers: Vec<Peer>,
+}
+
+impl PeerLog {
+    fn new(read_version: u64) -> Self {
+        PeerLog { read_version, committed: Vec::new(), peers: Vec::new() }
+    }
+
+    async fn catch_up(&mut self, latest: &Dataset) -> CommitResult<()> {
+        let known = self.read_version + self.committed.len() as u64;
+        let new = committed_since(latest, known).await?;
+        self.peers.extend(peers_of(&new)?);
+        self.committed.extend(new);
+        debug_assert_eq!(self.peers.len(), self.committed.len(), "one decoded peer per committed version");
+        debug_assert!(
+            self.committed.iter().enumerate().all(|(i, (v, _))| *v == self.read_version + 1 + i as u64),
+            "peers are the consecutive versions after the read version"
+        );
+        Ok(())
+    }
+
+    /// The version that carries transaction `uuid`, if one does.
+    fn landed(&self, uuid: &str) -> Option<u64> {
+        self.committed.iter().find(|(_, t)| t.uuid == uuid).map(|(v, _)| *v)
+    }
+}
+
+/// Our commit is already in the table at `version`: report it as landed.
+async fn landed_at(latest: &Dataset, version: u64, mut report: CommitReport) -> CommitResult<(Dataset, CommitReport)> {
+    let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
+    report.version = version;
+    Ok((ds, report))
+}
+
+/// Judge our actions against every peer up to `latest`: the rebased transaction and the attempt's
+/// report (verdict, per-peer checks).
+async fn judge_attempt(
+    fixed: &Prepared,
+    latest: &Arc<Dataset>,
+    log: &PeerLog,
+    started: Instant,
+) -> CommitResult<(ActionTxn, AttemptReport)> {
+    let mut txn = fixed.ours.clone();
+    // With no peer the head is the base: skip re-reading it.
+    let head_state = if log.peers.is_empty() { None } else { Some(table_state(latest).await?) };
+    let facts = DeletionFacts::load(latest, &fixed.base, &txn, &log.peers).await?;
+    verify_declared_rows(&mut txn, &fixed.base, &facts);
+    let head_ref = head_state.as_ref().unwrap_or(&fixed.base);
+    let inputs = Inputs { base: &fixed.base, head: Some(head_ref), peers: &log.peers, facts: &facts };
+    let (verdict, checks) = resolve_in_place(&mut txn, &inputs);
+    let entry = AttemptReport {
+        head: latest.manifest().version,
+        peers: checks,
+        verdict,
+        write: None,
+        checking: started.elapsed(),
+    };
+    Ok((txn, entry))
+}
+
+/// How a manifest write ended, when it did not end in an error.
+enum Written {
+    Landed(Dataset),
+    /// Another writer took `head + 1` first; nothing of ours was written.
+    LostRace,
+}
+
+/// Perform the rebase's IO, lower, and hand the operation to Lance with a handler that accepts only
+/// `head + 1`. Records the attempt in `report`.
+async fn write_attempt(
+    fixed: &Prepared,
+    latest: &Arc<Dataset>,
+    mut txn: ActionTxn,
+    mut entry: AttemptReport,
+    report: &mut CommitReport,
+) -> CommitResult<Written> {
+    debug_assert!(matches!(entry.verdict, Verdict::Ok), "only an Ok verdict is written");
+    let head = latest.manifest().version;
+    merge_deletion_vectors(latest, &mut txn).await?;
+    let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
+    let mut props = fixed.properties.clone();
+    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(&txn));
+    props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
+    let lance_txn = TransactionBuilder::new(head, op)
+        .uuid(fixed.uuid.clone())
+        .tag(fixed.tag.clone())
+        .transaction_properties(Some(Arc::new(props)))
+        .build();
+    let handler = Arc::new(ExpectVersion::new(fixed.inner_handler.clone(), head + 1));
+    crate::crash::point("before-lance-commit");
+    let result =
+        CommitBuilder::new(latest.clone()).with_commit_handler(handler.clone()).with_max_retries(0).execute(lance_txn).await;
+    let record = handler.record();
+    entry.write = Some(record.clone());
+    report.attempts.push(entry);
+    match (result, record) {
+        (Ok(ds), _) => Ok(Written::Landed(ds)),
+        (Err(_), WriteRecord::Written { version }) => {
+            // Written, but Lance failed afterwards (for example reading it back): it landed.
+            let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
+            Ok(Written::Landed(ds))
+        }
+        // Lance could not tell whether the manifest it handed over landed (the store answered a
+        // conflict, and reading the version back failed).
+        (Err(e), _) if e.is_commit_status_unknown() => {
+            Err(CommitError::CommitStatusUnknown { uuid: fixed.uuid.clone(), message: e.to_string() })
+        }
+        (Err(_), WriteRecord::Refused { .. } | WriteRecord::LostRace) => Ok(Written::LostRace),
+        // Lance's own rebase saw a peer landing between our read and its commit.
+        (
+            Err(
+                lance::Error::RetryableCommitConflict { .. }
+                | lance::Error::IncompatibleTransaction { .. }
+                | lance::Error::CommitConflict { .. },
+            ),
+            WriteRecord::NotAttempted,
+        ) => Ok(Written::LostRace),
+        (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
+            uuid: fixed.uuid.clone(),
+            message: format!("{message}; lance: {e}"),
+        }),
+        (Err(e), _) => Err(lance_err("committing")(e)),
     }
 }
 
