@@ -23,15 +23,21 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use arrow_array::RecordBatch;
-use futures::TryStreamExt;
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, UInt64Array};
+use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
+use lance_core::ROW_ADDR;
 use lance_table::format::Fragment;
 
 use crate::error::{Context, Error, Result};
 use crate::schema::TypeDef;
 use crate::table::CHUNK_ROWS;
 use crate::value::{Row, row_id, rows_from_batch};
+
+/// Deletion vectors read at once while diffing two versions (each read is one small object).
+const CONCURRENT_READS: usize = 16;
 
 /// What one side changed since the base, with the rows.
 #[derive(Debug, Default)]
@@ -40,6 +46,11 @@ pub struct SideDelta {
     pub removed: HashMap<String, Row>,
     /// Rows of fragments new on the side, by id.
     pub added: HashMap<String, Row>,
+    /// Where each removed row was in the base, and each added row is on the side (row addresses:
+    /// fragment id in the high 32 bits, offset in the low). A lander uses them to delete exactly
+    /// these rows instead of searching the table for their ids.
+    pub removed_at: HashMap<String, u64>,
+    pub added_at: HashMap<String, u64>,
 }
 
 impl SideDelta {
@@ -77,35 +88,48 @@ fn signature(f: &Fragment) -> (Vec<String>, Option<(u64, u64)>) {
 
 /// What `side` changed relative to `base` (two versions of one table's lineage).
 pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<SideDelta> {
+    // Deleted rows are read back by row address, which is what a row id is only without stable row ids.
+    if base.manifest().uses_stable_row_ids() || side.manifest().uses_stable_row_ids() {
+        return Err(Error::Unsupported {
+            detail: format!("the {} table uses stable row ids, which graph tables are never created with", t.key()),
+        });
+    }
     let base_frags: HashMap<Vec<String>, &Fragment> =
         base.manifest().fragments.iter().map(|f| (signature(f).0, f)).collect();
     let side_files: BTreeSet<Vec<String>> = side.manifest().fragments.iter().map(|f| signature(f).0).collect();
     let mut delta = SideDelta::default();
     let mut added = Vec::new();
-    let mut deleted_addresses = Vec::new();
+    let mut redeleted = Vec::new();
     for f in side.manifest().fragments.iter() {
         let (files, deletion) = signature(f);
         match base_frags.get(&files) {
             None => added.push(f.clone()),
-            Some(b) if signature(b).1 != deletion => {
-                deleted_addresses.extend(newly_deleted(base, b, side, f).await?);
-            }
+            Some(b) if signature(b).1 != deletion => redeleted.push((*b, f)),
             Some(_) => {}
         }
     }
-    for row in scan_fragments(t, side, added).await? {
-        delta.added.insert(row_id(&row).to_string(), row);
+    // One deletion-vector pair per touched fragment: read them concurrently, not one by one.
+    // (The futures are built first: a closure inside the stream would make the merge's future
+    // too lifetime-generic to be spawned.)
+    let reads: Vec<_> = redeleted.into_iter().map(|(b, f)| newly_deleted(base, b, side, f)).collect();
+    let deleted_addresses: Vec<u64> = futures::stream::iter(reads).buffered(CONCURRENT_READS).try_concat().await?;
+    for (row, at) in scan_fragments(t, side, added).await? {
+        let id = row_id(&row).to_string();
+        delta.added_at.insert(id.clone(), at);
+        delta.added.insert(id, row);
     }
     let removed: Vec<Fragment> =
         base.manifest().fragments.iter().filter(|f| !side_files.contains(&signature(f).0)).cloned().collect();
-    for row in scan_fragments(t, base, removed).await? {
-        delta.removed.insert(row_id(&row).to_string(), row);
+    for (row, at) in scan_fragments(t, base, removed).await? {
+        let id = row_id(&row).to_string();
+        delta.removed_at.insert(id.clone(), at);
+        delta.removed.insert(id, row);
     }
     for chunk in deleted_addresses.chunks(CHUNK_ROWS) {
-        let batch =
-            base.take_rows(chunk, base.schema().clone()).await.lance(format!("reading deleted {} rows", t.key()))?;
-        for row in rows_from_batch(t, &batch)? {
-            delta.removed.insert(row_id(&row).to_string(), row);
+        for (row, at) in take_addresses(t, base, chunk).await? {
+            let id = row_id(&row).to_string();
+            delta.removed_at.insert(id.clone(), at);
+            delta.removed.insert(id, row);
         }
     }
     Ok(delta)
@@ -134,13 +158,30 @@ async fn newly_deleted(base: &Dataset, b: &Fragment, side: &Dataset, f: &Fragmen
         .collect())
 }
 
-/// Live rows of `fragments`, all columns, in bounded batches.
-async fn scan_fragments(t: &TypeDef, ds: &Dataset, fragments: Vec<Fragment>) -> Result<Vec<Row>> {
+/// The live rows at `addresses` (all columns) with their addresses.
+async fn take_addresses(t: &TypeDef, ds: &Dataset, addresses: &[u64]) -> Result<Vec<(Row, u64)>> {
+    let what = || format!("reading deleted {} rows", t.key());
+    let batch = Arc::new(ds.clone())
+        .take_builder(addresses, ds.schema().clone())
+        .lance(what())?
+        .with_row_address(true)
+        .execute()
+        .await
+        .lance(what())?;
+    with_addresses(t, &batch)
+}
+
+/// Live rows of `fragments`, all columns, in bounded batches, with their row addresses.
+async fn scan_fragments(t: &TypeDef, ds: &Dataset, fragments: Vec<Fragment>) -> Result<Vec<(Row, u64)>> {
     if fragments.is_empty() {
         return Ok(Vec::new());
     }
     let mut scanner = ds.scan();
-    scanner.with_fragments(fragments).batch_size(CHUNK_ROWS).batch_size_bytes(crate::table::CHUNK_BYTES as u64);
+    scanner
+        .with_fragments(fragments)
+        .with_row_address()
+        .batch_size(CHUNK_ROWS)
+        .batch_size_bytes(crate::table::CHUNK_BYTES as u64);
     let batches: Vec<RecordBatch> = scanner
         .try_into_stream()
         .await
@@ -150,7 +191,19 @@ async fn scan_fragments(t: &TypeDef, ds: &Dataset, fragments: Vec<Fragment>) -> 
         .lance(format!("reading changed {} rows", t.key()))?;
     let mut rows = Vec::new();
     for b in &batches {
-        rows.extend(rows_from_batch(t, b)?);
+        rows.extend(with_addresses(t, b)?);
     }
     Ok(rows)
+}
+
+/// Split a batch read with `_rowaddr` into rows and their addresses.
+fn with_addresses(t: &TypeDef, batch: &RecordBatch) -> Result<Vec<(Row, u64)>> {
+    let corrupt = || Error::Corrupt { detail: format!("a read of {} came back without row addresses", t.key()) };
+    let at = batch.schema().index_of(ROW_ADDR).map_err(|_| corrupt())?;
+    let addresses = batch.column(at).as_any().downcast_ref::<UInt64Array>().ok_or_else(corrupt)?.clone();
+    let mut values = batch.clone();
+    values.remove_column(at);
+    let rows = rows_from_batch(t, &values)?;
+    debug_assert_eq!(rows.len(), addresses.len(), "one address per row");
+    Ok(rows.into_iter().zip(addresses.values().iter().copied()).collect())
 }

@@ -49,6 +49,9 @@ pub enum Error {
     #[snafu(display("graph branch '{branch}' moved while this {what} ran, {attempts} time(s); retry later"))]
     Contention { branch: String, what: String, attempts: usize },
 
+    #[snafu(display("{detail}"))]
+    Unsupported { detail: String },
+
     #[snafu(display("graph manifest is damaged: {detail}"))]
     Corrupt { detail: String },
 

@@ -75,6 +75,9 @@ pub struct MergeReport {
     /// Types whose table the target took from the source by reference.
     pub adopted: Vec<String>,
     pub attempts: usize,
+    /// Wall time of each phase of the last attempt, in order: `detect` (the deltas and the truth
+    /// table), `validate`, `land` (the table commits), `publish` (the manifest commit).
+    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// The common ancestor of two commits with the least total distance (ties: the newest).
@@ -186,6 +189,8 @@ struct Staged {
     /// Types taken from the source by reference.
     adopted: Vec<String>,
     examined: BTreeMap<String, usize>,
+    /// Per type: where the target holds each id the merge rewrites or deletes (row addresses).
+    located: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl Graph {
@@ -210,6 +215,7 @@ impl Graph {
                 written: BTreeMap::new(),
                 adopted: vec![],
                 attempts: attempt,
+                phases: vec![],
             };
             if s_head.id == t_head.id || base_id == s_head.id {
                 return Ok(report);
@@ -231,7 +237,7 @@ impl Graph {
                 }
             }
             let base = view.commit(&base_id)?.clone();
-            let staged = self.stage(&base, &s_head, &t_head, opts).await?;
+            let staged = self.stage(&base, &s_head, &t_head, opts, &mut report.phases).await?;
             report.examined = staged.examined.clone();
             report.adopted = staged.adopted.clone();
             if !staged.conflicts.is_empty() {
@@ -240,17 +246,23 @@ impl Graph {
                 return Ok(report);
             }
             report.outcome = Outcome::Merged;
-            let writes = writes_of(&staged.changes, &staged.adopted);
+            let writes = writes_of(&staged.changes, &staged.adopted, &staged.located);
             report.written = writes.iter().map(|(t, w)| (t.clone(), w.upserts.len() + w.deletes.len())).collect();
             if opts.dry_run {
                 return Ok(report);
             }
-            let Some(mut tables) = self.land(&t_head, target, &writes).await? else { continue };
+            let clock = std::time::Instant::now();
+            let landed = self.land(&t_head, target, &writes).await?;
+            report.phases.push(("land", clock.elapsed()));
+            let Some(mut tables) = landed else { continue };
             for name in &staged.adopted {
                 tables.insert(name.clone(), s_head.tables[name].clone());
             }
             let commit = GraphCommit::new(target, vec![t_head.id.clone(), s_head.id.clone()], tables);
-            if self.publish(target, &t_head.id, &commit).await? {
+            let clock = std::time::Instant::now();
+            let published = self.publish(target, &t_head.id, &commit).await?;
+            report.phases.push(("publish", clock.elapsed()));
+            if published {
                 report.commit = Some(commit.id);
                 return Ok(report);
             }
@@ -265,9 +277,16 @@ impl Graph {
         s: &GraphCommit,
         tg: &GraphCommit,
         opts: &MergeOptions,
+        phases: &mut Vec<(&'static str, std::time::Duration)>,
     ) -> Result<Staged> {
-        let mut staged =
-            Staged { conflicts: vec![], changes: ChangeSet::new(), adopted: vec![], examined: BTreeMap::new() };
+        let clock = std::time::Instant::now();
+        let mut staged = Staged {
+            conflicts: vec![],
+            changes: ChangeSet::new(),
+            adopted: vec![],
+            examined: BTreeMap::new(),
+            located: BTreeMap::new(),
+        };
         let target_snap = self.snapshot(tg).await?;
         for t in self.schema().types.values() {
             let (rb, rs, rt) = (self.table_ref(base, t)?, self.table_ref(s, t)?, self.table_ref(tg, t)?);
@@ -290,11 +309,21 @@ impl Graph {
             if target_unchanged {
                 staged.adopted.push(t.name.clone());
             }
+            let located: BTreeMap<String, u64> = change
+                .upserts
+                .keys()
+                .chain(&change.deletes)
+                .filter_map(|id| target_address(id, &sd, &td).map(|a| (id.clone(), a)))
+                .collect();
+            staged.located.insert(t.name.clone(), located);
             if !change.is_empty() {
                 staged.changes.insert(t.name.clone(), change);
             }
         }
+        phases.push(("detect", clock.elapsed()));
+        let clock = std::time::Instant::now();
         staged.conflicts.extend(validate(self.schema(), &target_snap, &staged.changes).await?);
+        phases.push(("validate", clock.elapsed()));
         staged.conflicts.sort();
         staged.conflicts.dedup();
         Ok(staged)
@@ -335,8 +364,26 @@ fn same_state(a: &manifest::TableRef, b: &manifest::TableRef) -> bool {
     a.branch == b.branch && a.version == b.version
 }
 
+/// Where the target holds `id` at its version, when it does: its own added row's address; none
+/// when the target removed it; else (the target did not touch it) the base row's address, which
+/// the source's delta read, in a fragment the target still holds unchanged at that row.
+fn target_address(id: &str, source: &SideDelta, target: &SideDelta) -> Option<u64> {
+    if let Some(at) = target.added_at.get(id) {
+        return Some(*at);
+    }
+    if target.removed.contains_key(id) {
+        return None;
+    }
+    source.removed_at.get(id).copied()
+}
+
 /// Table writes for the types the merge changes on the target (adopted types take a reference).
-fn writes_of(changes: &ChangeSet, adopted: &[String]) -> BTreeMap<String, TableWrite> {
+/// Each lands as one `replace_at` at the addresses the change detection found.
+fn writes_of(
+    changes: &ChangeSet,
+    adopted: &[String],
+    located: &BTreeMap<String, BTreeMap<String, u64>>,
+) -> BTreeMap<String, TableWrite> {
     changes
         .iter()
         .filter(|(name, _)| !adopted.contains(name))
@@ -345,6 +392,7 @@ fn writes_of(changes: &ChangeSet, adopted: &[String]) -> BTreeMap<String, TableW
                 inserts: vec![],
                 upserts: c.upserts.values().cloned().collect(),
                 deletes: c.deletes.iter().cloned().collect(),
+                located: Some(located.get(name).cloned().unwrap_or_default()),
             };
             (name.clone(), w)
         })

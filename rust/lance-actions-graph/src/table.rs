@@ -15,7 +15,7 @@ use arrow_array::{RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use futures::TryStreamExt;
 use lance::Dataset;
-use lance_actions_keyed::{Error as KeyedError, KeyedTable, WriteOutcome};
+use lance_actions_keyed::{Error as KeyedError, KeyedTable, Located, WriteOutcome};
 use rand::Rng;
 
 use crate::error::{Context, Error, Result};
@@ -113,6 +113,11 @@ pub struct TableWrite {
     pub inserts: Vec<Row>,
     pub upserts: Vec<Row>,
     pub deletes: Vec<String>,
+    /// Where the recorded version holds the rows this write replaces or deletes (id -> row
+    /// address), when the writer already knows it: the write then lands as one `replace_at`
+    /// commit that searches nothing (the merge's change detection read the addresses). An id of
+    /// `upserts` or `deletes` missing here is one the recorded version does not hold.
+    pub located: Option<BTreeMap<String, u64>>,
 }
 
 impl TableWrite {
@@ -146,11 +151,20 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
             }
         }
     }
-    for chunk in w.upserts.chunks(CHUNK_ROWS) {
-        record(table.upsert(vec![rows_to_batch(t, chunk)?]).await?);
-    }
-    if !w.deletes.is_empty() {
-        record(table.delete(vec![id_batch(&w.deletes)?]).await?);
+    match &w.located {
+        Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
+            Ok(o) => record(o),
+            Err(KeyedError::Contention { last, .. }) => return Ok(Landed::Interfered(last)),
+            Err(e) => return Err(e.into()),
+        },
+        None => {
+            for chunk in w.upserts.chunks(CHUNK_ROWS) {
+                record(table.upsert(vec![rows_to_batch(t, chunk)?]).await?);
+            }
+            if !w.deletes.is_empty() {
+                record(table.delete(vec![id_batch(&w.deletes)?]).await?);
+            }
+        }
     }
     let consecutive = versions.iter().enumerate().all(|(i, v)| *v == start + 1 + i as u64);
     if !consecutive {
@@ -180,6 +194,18 @@ async fn writable(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Result<
         .await
         .lance(format!("creating a Lance branch of {} for graph branch '{owner}'", t.key()))?;
     Ok(KeyedTable::open_branch(&uri, &fork).await?)
+}
+
+/// The rows `w` replaces or deletes that the recorded version holds, with their addresses.
+fn located(w: &TableWrite, at: &BTreeMap<String, u64>) -> Result<Located> {
+    let (ids, addresses): (Vec<String>, Vec<u64>) = w
+        .upserts
+        .iter()
+        .map(|r| row_id(r))
+        .chain(w.deletes.iter().map(String::as_str))
+        .filter_map(|id| at.get(id).map(|a| (id.to_string(), *a)))
+        .unzip();
+    Ok(Located { keys: vec![id_batch(&ids)?], addresses })
 }
 
 fn id_batch(ids: &[String]) -> Result<RecordBatch> {

@@ -71,6 +71,11 @@ pub enum Error {
     #[snafu(display("row {row} has a null value in key column '{column}'; keys are non-null"))]
     NullKey { row: usize, column: String },
 
+    #[snafu(display(
+        "the rows to replace are not where the caller located them at v{version}: {detail}; re-read the table and plan again, nothing was written"
+    ))]
+    RowsMoved { version: u64, detail: String },
+
     #[snafu(display("the rows given do not fit the table: {detail}"))]
     Input { detail: String },
 

@@ -6,7 +6,8 @@
 //! Lance's own bloom filter. Two concurrent writes that may insert the same key never both commit
 //! silently: the driver's key rule is symmetric in both commit orders.
 //!
-//! - [`KeyedTable`]: create / open, then `insert` (strict), `upsert`, `update`, `delete`, `overwrite`.
+//! - [`KeyedTable`]: create / open, then `insert` (strict), `upsert`, `update`, `delete`, `overwrite`,
+//!   and `replace_at` for a caller that already located the rows it replaces.
 //! - [`KeylessTable`]: a table declared keyless append-only.
 //! - [`migrate`]: install a primary key on an existing table across main and every branch, then
 //!   write the fencing stamp.
@@ -16,6 +17,7 @@ pub mod error;
 pub mod key;
 pub mod migrate;
 pub mod probe;
+mod replace;
 mod stage;
 pub mod table;
 mod write;
@@ -25,4 +27,5 @@ pub use error::{ConflictCause, Error, KeySample, Result};
 pub use key::KeySpec;
 pub use lance_actions_commit::retry::RetryPolicy;
 pub use migrate::{MigrationReport, migrate};
+pub use replace::Located;
 pub use table::{KeyedTable, KeylessTable, WriteOptions, WriteOutcome};

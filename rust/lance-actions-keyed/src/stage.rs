@@ -1,7 +1,8 @@
 //! The one module that calls Lance's raw writers (`InsertBuilder`, `MergeInsertBuilder`,
-//! `DeleteBuilder`, `CommitBuilder::new`). Everything here only *stages*: it writes data files and
-//! returns an uncommitted transaction, which the caller turns into actions and commits through the
-//! driver. The exception is table creation, which has no base to conflict with.
+//! `DeleteBuilder`, `CommitBuilder::new`, a fragment's `extend_deletions`). Everything here only
+//! *stages*: it writes data and deletion files and returns an uncommitted transaction, which the
+//! caller turns into actions and commits through the driver. The exception is table creation,
+//! which has no base to conflict with.
 //!
 //! A source-walk test (`tests/keyed/guards.rs`) fails if any other production module names these
 //! entry points: a keyed append must be hard to express by accident (RFC-023 §5.1).
@@ -81,6 +82,21 @@ pub(crate) async fn merge_on_key(
 /// Stage a delete of the rows matching `predicate`.
 pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Result<UncommittedDelete> {
     DeleteBuilder::new(dataset.clone(), predicate).execute_uncommitted().await.lance("staging a delete")
+}
+
+/// Delete rows of one fragment by offset: write the fragment's new deletion vector and return the
+/// fragment as it would then be (`None`: every row deleted, the fragment goes). Only the deletion
+/// file is written; nothing is committed.
+pub(crate) async fn delete_offsets(
+    dataset: &Arc<Dataset>,
+    fragment: u64,
+    offsets: Vec<u32>,
+) -> Result<Option<Fragment>> {
+    let Some(file) = dataset.get_fragment(fragment as usize) else {
+        return Err(Error::Input { detail: format!("fragment {fragment} is not in v{}", dataset.manifest().version) });
+    };
+    let updated = file.extend_deletions(offsets).await.lance("writing a deletion vector")?;
+    Ok(updated.map(|f| f.metadata().clone()))
 }
 
 /// Stage an overwrite of `dataset` with `batches` (whose schema carries the key metadata).

@@ -226,7 +226,7 @@ impl KeyedTable {
     /// for Lance's resolver when Lance attached one (its v2 path); on its indexed path it attaches
     /// none, and we attach one built from the declared keys, so Lance's resolver and Lance-native
     /// keyed writers still see them. Our exact set holds every key the merge may insert.
-    fn with_declared_keys(
+    pub(crate) fn with_declared_keys(
         &self,
         mut txn: ActionTxn,
         lance_filter: Option<KeyExistenceFilter>,
@@ -255,7 +255,7 @@ impl KeyedTable {
     }
 
     /// The keys of `batches`, refusing duplicates within them.
-    fn unique_keys(&self, batches: &[RecordBatch]) -> Result<Vec<KeyValue>> {
+    pub(crate) fn unique_keys(&self, batches: &[RecordBatch]) -> Result<Vec<KeyValue>> {
         let keys = self.key.keys_of_all(batches)?;
         let dups = duplicates(&keys);
         if !dups.is_empty() {
@@ -282,7 +282,7 @@ impl KeyedTable {
     }
 
     /// A commit landed: note it in the outcome and continue from the version it made.
-    fn record(&mut self, (dataset, report): (Dataset, CommitReport), outcome: &mut WriteOutcome) {
+    pub(crate) fn record(&mut self, (dataset, report): (Dataset, CommitReport), outcome: &mut WriteOutcome) {
         outcome.version = report.version;
         outcome.commits.push(report);
         self.dataset = Arc::new(dataset);

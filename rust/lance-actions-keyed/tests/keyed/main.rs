@@ -4,6 +4,7 @@ mod concurrency;
 mod fencing;
 mod guards;
 mod migration;
+mod replace;
 mod routing;
 mod soundness;
 mod support;

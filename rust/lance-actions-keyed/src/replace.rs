@@ -1,0 +1,218 @@
+//! Replace rows at known places: a keyed write whose caller already knows where the rows it
+//! replaces or deletes live (their row addresses at the handle's version), so nothing searches the
+//! table for their keys. The graph merge lands this way: its change detection read each row's
+//! address from the fragments the history touched.
+//!
+//! Nothing the caller says is trusted: every address is checked to hold a live row with the key the
+//! caller gave (one take of the key columns), and every written key the caller did not locate is
+//! probed to be absent; a mismatch is [`Error::RowsMoved`] and nothing is written. The commit is
+//! one `Update` in Lance's row-rewrite shape (deletion vectors of the located fragments, the new
+//! rows in new fragments) declaring every written key, so fencing holds as for an upsert.
+//!
+//! One attempt only: the addresses belong to the handle's version, so a commit that loses to a
+//! concurrent writer cannot be re-planned here; it is [`Error::Contention`] for the caller to re-read.
+
+use std::collections::{BTreeMap, HashSet};
+
+use arrow_array::{Array, RecordBatch, UInt64Array};
+use lance::dataset::transaction::{Operation, UpdateMode};
+use lance_actions::lift;
+use lance_actions_commit::DatasetActionsExt;
+use lance_core::ROW_ADDR;
+use lance_select::RowAddrTreeMap;
+use lance_table::format::Fragment;
+use lance_table::format::key_existence::KeyValue;
+
+use crate::error::{Error, LanceContext, Result};
+use crate::key::{duplicates, sample};
+use crate::probe::present_keys;
+use crate::stage;
+use crate::table::{KeyedTable, WriteOutcome, conform};
+use crate::write::{Attempt, judge};
+
+/// Rows of the table as the caller read them at the handle's version: their keys (rows holding at
+/// least the key columns, in order) and, for each, the row address it is at.
+#[derive(Debug, Clone)]
+pub struct Located {
+    pub keys: Vec<RecordBatch>,
+    pub addresses: Vec<u64>,
+}
+
+impl KeyedTable {
+    /// Write `rows` and delete the `located` rows, in one commit. A located key that `rows` also
+    /// holds is an update (its row moves to a new fragment), one it does not is a delete, and a
+    /// key of `rows` not located must be absent from the table (an insert). Refused, with nothing
+    /// written, when an address does not hold its key live ([`Error::RowsMoved`]), when a key is
+    /// located twice or written twice, when a key not located is present, and on a table with
+    /// stable row ids (whose row ids are not addresses).
+    pub async fn replace_at(&mut self, rows: Vec<RecordBatch>, located: Located) -> Result<WriteOutcome> {
+        let rows = conform(&rows, &self.arrow_schema)?;
+        let written = self.unique_keys(&rows)?;
+        let removed = self.key.keys_of_all(&located.keys)?;
+        self.check_located(&removed, &located.addresses)?;
+        self.verify_addresses(&removed, &located.addresses).await?;
+        let removed_set: HashSet<&KeyValue> = removed.iter().collect();
+        let inserted: Vec<KeyValue> = written.iter().filter(|k| !removed_set.contains(k)).cloned().collect();
+        let present = present_keys(&self.dataset, &self.key, &inserted).await?;
+        if !present.is_empty() {
+            return Err(Error::RowsMoved {
+                version: self.dataset.manifest().version,
+                detail: format!("key(s) {} are present but were not located", sample(&present)),
+            });
+        }
+        let updated = written.len() - inserted.len();
+        let mut outcome = WriteOutcome {
+            version: self.dataset.manifest().version,
+            inserted: inserted.len() as u64,
+            updated: updated as u64,
+            deleted: (removed.len() - updated) as u64,
+            attempts: 1,
+            ..Default::default()
+        };
+        if rows.iter().all(|b| b.num_rows() == 0) && removed.is_empty() {
+            return Ok(outcome);
+        }
+        let operation = self.stage_replacement(rows, &located.addresses).await?;
+        let txn = self.with_declared_keys(lift(&operation), None, &written)?;
+        let commit = self
+            .dataset
+            .action_commit()
+            .with_affected_rows(located.addresses.iter().collect::<RowAddrTreeMap>())
+            .execute_actions(self.dataset.manifest().version, txn)
+            .await;
+        match judge(commit)? {
+            Attempt::Landed(landed) => {
+                self.record(*landed, &mut outcome);
+                Ok(outcome)
+            }
+            Attempt::Again(last) => Err(Error::Contention { attempts: 1, last }),
+        }
+    }
+
+    /// Refuse what is wrong on its face: a count mismatch, a key or address given twice, stable
+    /// row ids.
+    fn check_located(&self, removed: &[KeyValue], addresses: &[u64]) -> Result<()> {
+        if removed.len() != addresses.len() {
+            return Err(Error::Input {
+                detail: format!("{} located key(s) but {} address(es)", removed.len(), addresses.len()),
+            });
+        }
+        let twice = duplicates(removed);
+        if !twice.is_empty() {
+            return Err(Error::Input { detail: format!("key(s) {} are located more than once", sample(&twice)) });
+        }
+        if addresses.iter().collect::<HashSet<_>>().len() != addresses.len() {
+            return Err(Error::Input { detail: "a row address is given more than once".into() });
+        }
+        if self.dataset.manifest().uses_stable_row_ids() {
+            return Err(Error::Input {
+                detail: "this table uses stable row ids, whose row ids are not row addresses; use upsert".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every address holds a live row with its key, at the handle's version.
+    async fn verify_addresses(&self, removed: &[KeyValue], addresses: &[u64]) -> Result<()> {
+        if addresses.is_empty() {
+            return Ok(());
+        }
+        let moved = |detail: String| Error::RowsMoved { version: self.dataset.manifest().version, detail };
+        self.refuse_dead_addresses(addresses).await?;
+        let batch = self
+            .dataset
+            .take_builder(addresses, self.dataset.schema().project(&self.key.names).lance("projecting the key")?)
+            .lance("reading the located rows")?
+            .with_row_address(true)
+            .execute()
+            .await
+            .lance("reading the located rows")?;
+        let at: &UInt64Array = batch
+            .column_by_name(ROW_ADDR)
+            .and_then(|c| c.as_any().downcast_ref())
+            .ok_or_else(|| moved("the located rows came back without addresses".into()))?;
+        let found: BTreeMap<u64, KeyValue> = at.values().iter().copied().zip(self.key.keys_of(&batch, 0)?).collect();
+        for (key, address) in removed.iter().zip(addresses) {
+            match found.get(address) {
+                Some(k) if k == key => {}
+                Some(k) => {
+                    return Err(moved(format!(
+                        "row address {address} holds key {}, not {}",
+                        crate::key::display_key(k),
+                        crate::key::display_key(key)
+                    )));
+                }
+                None => {
+                    return Err(moved(format!(
+                        "no live row at address {address} (key {})",
+                        crate::key::display_key(key)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every address names a fragment of this version, within its rows, and a row its deletion
+    /// vector does not hold. (Lance's take refuses deleted rows with an error, not a gap.)
+    async fn refuse_dead_addresses(&self, addresses: &[u64]) -> Result<()> {
+        let version = self.dataset.manifest().version;
+        let moved = |detail: String| Error::RowsMoved { version, detail };
+        let mut by_fragment: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for a in addresses {
+            by_fragment.entry(a >> 32).or_default().push(*a as u32);
+        }
+        for (id, offsets) in by_fragment {
+            let Some(file) = self.dataset.get_fragment(id as usize) else {
+                return Err(moved(format!(
+                    "fragment {id} of row address {} is not in this version",
+                    (id << 32) | offsets[0] as u64
+                )));
+            };
+            let rows = file.metadata().physical_rows.unwrap_or(0);
+            let deleted = file.get_deletion_vector().await.lance("reading a deletion vector")?;
+            let dead =
+                offsets.iter().find(|o| (**o as usize) >= rows || deleted.as_ref().is_some_and(|dv| dv.contains(**o)));
+            if let Some(o) = dead {
+                return Err(moved(format!(
+                    "no live row at address {} (fragment {id}, row {o})",
+                    (id << 32) | *o as u64
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The new fragments of `rows` and the located fragments' new deletion vectors, as Lance's
+    /// own row-rewrite `Update` (the shape its merge-insert stages).
+    async fn stage_replacement(&self, rows: Vec<RecordBatch>, addresses: &[u64]) -> Result<Operation> {
+        let mut new_fragments = Vec::new();
+        for chunk in self.options.chunk.split(&rows) {
+            new_fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
+        }
+        let mut by_fragment: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for a in addresses {
+            by_fragment.entry(a >> 32).or_default().push(*a as u32);
+        }
+        let mut updated_fragments: Vec<Fragment> = Vec::new();
+        let mut removed_fragment_ids = Vec::new();
+        for (id, offsets) in by_fragment {
+            match stage::delete_offsets(&self.dataset, id, offsets).await? {
+                Some(fragment) => updated_fragments.push(fragment),
+                None => removed_fragment_ids.push(id),
+            }
+        }
+        let every_field = self.dataset.schema().fields_pre_order().map(|f| f.id as u32).collect();
+        Ok(Operation::Update {
+            removed_fragment_ids,
+            updated_fragments,
+            new_fragments,
+            fields_modified: vec![],
+            compacted_sstables: vec![],
+            fields_for_preserving_frag_bitmap: every_field,
+            update_mode: Some(UpdateMode::RewriteRows),
+            inserted_rows_filter: None,
+            updated_fragment_offsets: None,
+        })
+    }
+}
