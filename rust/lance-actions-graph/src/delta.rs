@@ -21,7 +21,7 @@
 //! every id the side removed and the side row of every id it added, so no id is looked up by a
 //! filter over the whole table.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use std::sync::Arc;
 
@@ -86,26 +86,86 @@ fn signature(f: &Fragment) -> (Vec<String>, Option<(u64, u64)>) {
     (files, deletion)
 }
 
-/// What `side` changed relative to `base` (two versions of one table's lineage).
-pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<SideDelta> {
-    // Deleted rows are read back by row address, which is what a row id is only without stable row ids.
+/// Deleted rows are read back by row address, which is what a row id is only without stable row ids.
+fn refuse_stable_row_ids(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<()> {
     if base.manifest().uses_stable_row_ids() || side.manifest().uses_stable_row_ids() {
         return Err(Error::Unsupported {
             detail: format!("the {} table uses stable row ids, which graph tables are never created with", t.key()),
         });
     }
+    Ok(())
+}
+
+/// The rows of fragments new on `side` (not in `base`), with their addresses.
+async fn added_rows(t: &TypeDef, base: &Dataset, side: &Dataset, delta: &mut SideDelta) -> Result<()> {
+    let base_files: BTreeSet<Vec<String>> = base.manifest().fragments.iter().map(|f| signature(f).0).collect();
+    let added: Vec<Fragment> =
+        side.manifest().fragments.iter().filter(|f| !base_files.contains(&signature(f).0)).cloned().collect();
+    for (row, at) in scan_fragments(t, side, added).await? {
+        let id = row_id(&row).to_string();
+        delta.added_at.insert(id.clone(), at);
+        delta.added.insert(id, row);
+    }
+    Ok(())
+}
+
+/// What `side` changed relative to `base`, as far as the ids `other` touched are concerned: the
+/// rows `side` added (all of them: an added row may hold any id), and which of `other`'s removed
+/// base rows `side` removed too. The latter needs no read of rows at all: a base row at address
+/// `a` is gone on `side` when `side` no longer holds `a`'s fragment with the same files, or its
+/// deletion vector there holds `a`'s offset; only those fragments' deletion vectors are read.
+/// (The merge asks this of the target: the ids the target alone touched do not matter to it.)
+pub async fn side_delta_over(t: &TypeDef, base: &Dataset, side: &Dataset, other: &SideDelta) -> Result<SideDelta> {
+    refuse_stable_row_ids(t, base, side)?;
+    let mut delta = SideDelta::default();
+    added_rows(t, base, side, &mut delta).await?;
+    let base_by_id: HashMap<u64, &Fragment> = base.manifest().fragments.iter().map(|f| (f.id, f)).collect();
+    let side_by_files: HashMap<Vec<String>, &Fragment> =
+        side.manifest().fragments.iter().map(|f| (signature(f).0, f)).collect();
+    // Per base fragment the other side took rows from: how `side` holds it now.
+    let mut redeleted: BTreeMap<u64, (&Fragment, &Fragment)> = BTreeMap::new();
+    let mut gone: BTreeSet<u64> = BTreeSet::new();
+    for a in other.removed_at.values() {
+        let id = a >> 32;
+        let b = base_by_id.get(&id).ok_or_else(|| Error::Corrupt {
+            detail: format!("a base row of {} is at fragment {id}, which the base does not hold", t.key()),
+        })?;
+        let (files, deletion) = signature(b);
+        match side_by_files.get(&files) {
+            None => {
+                gone.insert(id);
+            }
+            Some(f) if signature(f).1 != deletion => {
+                redeleted.insert(id, (*b, *f));
+            }
+            Some(_) => {}
+        }
+    }
+    let reads: Vec<_> = redeleted.values().map(|(b, f)| newly_deleted(base, b, side, f)).collect();
+    let deleted: HashSet<u64> =
+        futures::stream::iter(reads).buffered(CONCURRENT_READS).try_concat().await?.into_iter().collect();
+    for (id, a) in &other.removed_at {
+        if gone.contains(&(a >> 32)) || deleted.contains(a) {
+            delta.removed_at.insert(id.clone(), *a);
+            delta.removed.insert(id.clone(), other.removed[id].clone());
+        }
+    }
+    Ok(delta)
+}
+
+/// What `side` changed relative to `base` (two versions of one table's lineage).
+pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<SideDelta> {
+    refuse_stable_row_ids(t, base, side)?;
     let base_frags: HashMap<Vec<String>, &Fragment> =
         base.manifest().fragments.iter().map(|f| (signature(f).0, f)).collect();
     let side_files: BTreeSet<Vec<String>> = side.manifest().fragments.iter().map(|f| signature(f).0).collect();
     let mut delta = SideDelta::default();
-    let mut added = Vec::new();
     let mut redeleted = Vec::new();
     for f in side.manifest().fragments.iter() {
         let (files, deletion) = signature(f);
         match base_frags.get(&files) {
-            None => added.push(f.clone()),
             Some(b) if signature(b).1 != deletion => redeleted.push((*b, f)),
-            Some(_) => {}
+            _ => {}
         }
     }
     // One deletion-vector pair per touched fragment: read them concurrently, not one by one.
@@ -113,11 +173,7 @@ pub async fn side_delta(t: &TypeDef, base: &Dataset, side: &Dataset) -> Result<S
     // too lifetime-generic to be spawned.)
     let reads: Vec<_> = redeleted.into_iter().map(|(b, f)| newly_deleted(base, b, side, f)).collect();
     let deleted_addresses: Vec<u64> = futures::stream::iter(reads).buffered(CONCURRENT_READS).try_concat().await?;
-    for (row, at) in scan_fragments(t, side, added).await? {
-        let id = row_id(&row).to_string();
-        delta.added_at.insert(id.clone(), at);
-        delta.added.insert(id, row);
-    }
+    added_rows(t, base, side, &mut delta).await?;
     let removed: Vec<Fragment> =
         base.manifest().fragments.iter().filter(|f| !side_files.contains(&signature(f).0)).cloned().collect();
     for (row, at) in scan_fragments(t, base, removed).await? {

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::conflict::{Conflict, ConflictKind};
-use crate::delta::{SideDelta, side_delta};
+use crate::delta::{SideDelta, side_delta, side_delta_over};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, retry_policy};
 use crate::manifest::{self, GraphCommit, ManifestView};
@@ -293,18 +293,19 @@ impl Graph {
             if same_state(rs, rb) || same_state(rs, rt) {
                 continue;
             }
-            let base_ds = table::open_at(self.root(), t, rb).await?;
-            let source_ds = table::open_at(self.root(), t, rs).await?;
+            let table_root = table::open_root(self.root(), t).await?;
+            let (base_ds, source_ds) =
+                futures::try_join!(table::checkout(&table_root, t, rb), table::checkout(&table_root, t, rs))?;
+            let target_unchanged = same_state(rt, rb);
             let sd = side_delta(t, &base_ds, &source_ds).await?;
+            // The target's rows for these ids: what it added, and which of the base rows the
+            // source touched it removed (its own delta, over the source's ids only).
+            let td = match target_unchanged {
+                true => SideDelta::default(),
+                false => side_delta_over(t, &base_ds, &target_snap.tables[&t.name], &sd).await?,
+            };
             let ids = sd.ids();
             staged.examined.insert(t.name.clone(), ids.len());
-            let target_unchanged = same_state(rt, rb);
-            // The target's rows for these ids come from its own delta since the base.
-            let td = if target_unchanged {
-                SideDelta::default()
-            } else {
-                side_delta(t, &base_ds, &target_snap.tables[&t.name]).await?
-            };
             let change = self.classify(t, &ids, &sd, &td, opts, &mut staged.conflicts);
             if target_unchanged {
                 staged.adopted.push(t.name.clone());

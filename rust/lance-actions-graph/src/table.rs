@@ -41,9 +41,17 @@ pub async fn create(root: &str, t: &TypeDef) -> Result<u64> {
 
 /// The table of `t` exactly as `r` records it.
 pub async fn open_at(root: &str, t: &TypeDef, r: &TableRef) -> Result<Dataset> {
-    let uri = table_uri(root, t);
-    let ds = Dataset::open(&uri).await.lance(format!("opening the {} table", t.key()))?;
-    ds.checkout_version((r.branch.as_str(), r.version)).await.lance(format!(
+    checkout(&open_root(root, t).await?, t, r).await
+}
+
+/// The table of `t` as its main branch's head (to check other versions out from).
+pub async fn open_root(root: &str, t: &TypeDef) -> Result<Dataset> {
+    Dataset::open(&table_uri(root, t)).await.lance(format!("opening the {} table", t.key()))
+}
+
+/// `r`'s version of a table opened with [`open_root`] (shares its object store and caches).
+pub async fn checkout(table_root: &Dataset, t: &TypeDef, r: &TableRef) -> Result<Dataset> {
+    table_root.checkout_version((r.branch.as_str(), r.version)).await.lance(format!(
         "opening {} at {} v{}",
         t.key(),
         r.branch,
