@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use arrow_array::{Array, RecordBatch, UInt64Array};
+use futures::{StreamExt, TryStreamExt};
 use lance::dataset::transaction::{Operation, UpdateMode};
 use lance_actions::lift;
 use lance_actions_commit::DatasetActionsExt;
@@ -29,6 +30,9 @@ use crate::probe::present_keys;
 use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
 use crate::write::{Attempt, judge};
+
+/// Deletion vectors read or written at once (one small object per fragment).
+const CONCURRENT_FILES: usize = 16;
 
 /// Rows of the table as the caller read them at the handle's version: their keys (rows holding at
 /// least the key columns, in order) and, for each, the row address it is at.
@@ -158,29 +162,26 @@ impl KeyedTable {
     async fn refuse_dead_addresses(&self, addresses: &[u64]) -> Result<()> {
         let version = self.dataset.manifest().version;
         let moved = |detail: String| Error::RowsMoved { version, detail };
-        let mut by_fragment: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-        for a in addresses {
-            by_fragment.entry(a >> 32).or_default().push(*a as u32);
-        }
-        for (id, offsets) in by_fragment {
+        let mut reads = Vec::new();
+        for (id, offsets) in by_fragment(addresses) {
             let Some(file) = self.dataset.get_fragment(id as usize) else {
-                return Err(moved(format!(
-                    "fragment {id} of row address {} is not in this version",
-                    (id << 32) | offsets[0] as u64
-                )));
+                let first = (id << 32) | offsets[0] as u64;
+                return Err(moved(format!("fragment {id} of row address {first} is not in this version")));
             };
-            let rows = file.metadata().physical_rows.unwrap_or(0);
-            let deleted = file.get_deletion_vector().await.lance("reading a deletion vector")?;
-            let dead =
-                offsets.iter().find(|o| (**o as usize) >= rows || deleted.as_ref().is_some_and(|dv| dv.contains(**o)));
-            if let Some(o) = dead {
-                return Err(moved(format!(
-                    "no live row at address {} (fragment {id}, row {o})",
-                    (id << 32) | *o as u64
-                )));
-            }
+            reads.push(async move {
+                let rows = file.metadata().physical_rows.unwrap_or(0);
+                let deleted = file.get_deletion_vector().await.lance("reading a deletion vector")?;
+                let dead = offsets
+                    .iter()
+                    .find(|o| (**o as usize) >= rows || deleted.as_ref().is_some_and(|dv| dv.contains(**o)));
+                Ok::<_, Error>(dead.map(|o| (id << 32) | *o as u64))
+            });
         }
-        Ok(())
+        let dead: Vec<Option<u64>> = futures::stream::iter(reads).buffered(CONCURRENT_FILES).try_collect().await?;
+        match dead.into_iter().flatten().next() {
+            Some(a) => Err(moved(format!("no live row at address {a} (fragment {}, row {})", a >> 32, a as u32))),
+            None => Ok(()),
+        }
     }
 
     /// The new fragments of `rows` and the located fragments' new deletion vectors, as Lance's
@@ -190,14 +191,18 @@ impl KeyedTable {
         for chunk in self.options.chunk.split(&rows) {
             new_fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
         }
-        let mut by_fragment: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-        for a in addresses {
-            by_fragment.entry(a >> 32).or_default().push(*a as u32);
-        }
+        let writes: Vec<_> = by_fragment(addresses)
+            .into_iter()
+            .map(|(id, offsets)| async move {
+                Ok::<_, Error>((id, stage::delete_offsets(&self.dataset, id, offsets).await?))
+            })
+            .collect();
+        let written: Vec<(u64, Option<Fragment>)> =
+            futures::stream::iter(writes).buffered(CONCURRENT_FILES).try_collect().await?;
         let mut updated_fragments: Vec<Fragment> = Vec::new();
         let mut removed_fragment_ids = Vec::new();
-        for (id, offsets) in by_fragment {
-            match stage::delete_offsets(&self.dataset, id, offsets).await? {
+        for (id, fragment) in written {
+            match fragment {
                 Some(fragment) => updated_fragments.push(fragment),
                 None => removed_fragment_ids.push(id),
             }
@@ -215,4 +220,13 @@ impl KeyedTable {
             updated_fragment_offsets: None,
         })
     }
+}
+
+/// Row offsets grouped by fragment id.
+fn by_fragment(addresses: &[u64]) -> BTreeMap<u64, Vec<u32>> {
+    let mut out: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for a in addresses {
+        out.entry(a >> 32).or_default().push(*a as u32);
+    }
+    out
 }
