@@ -300,7 +300,7 @@ impl ActionCommit {
             match write_attempt(&fixed, &latest, txn, entry, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
-                    return Ok((ds, report));
+                    return Ok((*ds, report));
                 }
                 Written::LostRace => continue,
             }
@@ -423,7 +423,7 @@ async fn judge_attempt(
 
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
-    Landed(Dataset),
+    Landed(Box<Dataset>),
     /// Another writer took `head + 1` first; nothing of ours was written.
     LostRace,
 }
@@ -457,11 +457,11 @@ async fn write_attempt(
     entry.write = Some(record.clone());
     report.attempts.push(entry);
     match (result, record) {
-        (Ok(ds), _) => Ok(Written::Landed(ds)),
+        (Ok(ds), _) => Ok(Written::Landed(Box::new(ds))),
         (Err(_), WriteRecord::Written { version }) => {
             // Written, but Lance failed afterwards (for example reading it back): it landed.
             let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
-            Ok(Written::Landed(ds))
+            Ok(Written::Landed(Box::new(ds)))
         }
         // Lance could not tell whether the manifest it handed over landed (the store answered a
         // conflict, and reading the version back failed).

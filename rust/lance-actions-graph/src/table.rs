@@ -209,7 +209,7 @@ fn located(w: &TableWrite, at: &BTreeMap<String, u64>) -> Result<Located> {
     let (ids, addresses): (Vec<String>, Vec<u64>) = w
         .upserts
         .iter()
-        .map(|r| row_id(r))
+        .map(row_id)
         .chain(w.deletes.iter().map(String::as_str))
         .filter_map(|id| at.get(id).map(|a| (id.to_string(), *a)))
         .unzip();
