@@ -3,6 +3,7 @@
 mod common;
 mod constraints;
 mod crash;
+mod landing;
 mod merges;
 mod model;
 mod race;
