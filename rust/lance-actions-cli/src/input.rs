@@ -1,0 +1,129 @@
+//! Input files of every command (`keyed`, `graph`): JSON lines, Arrow IPC files and streams.
+//! One reader, so the same malformed file gets the same message whichever command reads it.
+//! Lines and rows are counted from 1.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use lance::deps::arrow_array::RecordBatch;
+
+use crate::{Failure, first_line};
+
+/// How an input file is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    JsonLines,
+    /// Arrow IPC file format (starts with `ARROW1`).
+    ArrowFile,
+    /// Arrow IPC stream format (`.arrows`, or starting with the 0xFFFFFFFF continuation marker).
+    ArrowStream,
+}
+
+const FILE_MAGIC: &[u8] = b"ARROW1";
+const STREAM_MARKER: &[u8] = &[0xFF, 0xFF, 0xFF, 0xFF];
+
+impl Format {
+    /// By the file's first bytes, then by its extension: the bytes win, so a file named `.arrow`
+    /// that holds a stream is still read. Parquet is named and refused: this build has no reader.
+    pub fn of(path: &Path) -> Result<Format, Failure> {
+        let head = first_bytes(path, 6)?;
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        if head.starts_with(b"PAR1") || ext.as_deref() == Some("parquet") {
+            return Err(Failure::input(format!(
+                "{}: Parquet input is not supported by this build; convert it to Arrow IPC (.arrow) or JSON lines",
+                path.display()
+            )));
+        }
+        Ok(if head.starts_with(FILE_MAGIC) {
+            Format::ArrowFile
+        } else if head.starts_with(STREAM_MARKER) || matches!(ext.as_deref(), Some("arrow" | "arrows" | "ipc")) {
+            Format::ArrowStream
+        } else {
+            Format::JsonLines
+        })
+    }
+
+    pub fn is_arrow(self) -> bool {
+        self != Format::JsonLines
+    }
+}
+
+fn first_bytes(path: &Path, n: u64) -> Result<Vec<u8>, Failure> {
+    let mut head = Vec::new();
+    open_file(path)?.take(n).read_to_end(&mut head).map_err(|e| input_error(path, e))?;
+    Ok(head)
+}
+
+pub fn open_file(path: &Path) -> Result<File, Failure> {
+    File::open(path).map_err(|e| input_error(path, e))
+}
+
+pub fn input_error(path: &Path, e: impl std::fmt::Display) -> Failure {
+    Failure::input(format!("{}: {}", path.display(), first_line(&e.to_string())))
+}
+
+/// Every batch of an Arrow IPC file or stream.
+pub fn read_arrow(path: &Path, format: Format) -> Result<Vec<RecordBatch>, Failure> {
+    let bad = |e: lance::deps::arrow_schema::ArrowError| {
+        Failure::input(format!("{} is not readable as Arrow IPC: {}", path.display(), first_line(&e.to_string())))
+    };
+    let batches: Result<Vec<RecordBatch>, _> = match format {
+        Format::ArrowFile => {
+            arrow_ipc::reader::FileReader::try_new_buffered(open_file(path)?, None).map_err(bad)?.collect()
+        }
+        _ => arrow_ipc::reader::StreamReader::try_new_buffered(open_file(path)?, None).map_err(bad)?.collect(),
+    };
+    batches.map_err(bad)
+}
+
+/// One record of a JSON-lines file: its line number (from 1) and its object.
+pub type JsonRecord = (usize, serde_json::Map<String, serde_json::Value>);
+
+/// The JSON objects of a JSON-lines file with their line numbers (from 1); blank lines are
+/// skipped. A line that is not one JSON object is refused, naming its line.
+pub fn json_lines(path: &Path) -> Result<Vec<JsonRecord>, Failure> {
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(open_file(path)?).lines().enumerate() {
+        let line = line.map_err(|e| input_error(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let refuse = |why: String| Failure::input(format!("{}: line {}: {why}", path.display(), i + 1));
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(serde_json::Value::Object(object)) => out.push((i + 1, object)),
+            Ok(other) => return Err(refuse(format!("not a JSON object: {other}"))),
+            Err(e) => return Err(refuse(format!("not a JSON object: {e}"))),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_is_decided_by_the_bytes_first_then_the_extension() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).expect("write");
+            p
+        };
+        assert_eq!(Format::of(&write("a.bin", b"ARROW1\0\0")).ok(), Some(Format::ArrowFile));
+        assert_eq!(Format::of(&write("a.arrow", &[0xFF, 0xFF, 0xFF, 0xFF, 0, 0])).ok(), Some(Format::ArrowStream));
+        assert_eq!(Format::of(&write("a.arrows", b"")).ok(), Some(Format::ArrowStream));
+        assert_eq!(Format::of(&write("a.jsonl", b"{}")).ok(), Some(Format::JsonLines));
+        assert!(Format::of(&write("a.parquet", b"PAR1")).is_err());
+    }
+
+    #[test]
+    fn json_lines_name_the_line_of_a_bad_record_counting_from_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("rows.jsonl");
+        std::fs::write(&p, "{\"id\": 1}\n\n[1, 2]\n").expect("write");
+        let Err(Failure::Message { message, .. }) = json_lines(&p) else { panic!("refused") };
+        assert!(message.ends_with("line 3: not a JSON object: [1,2]"), "{message}");
+    }
+}
