@@ -333,6 +333,23 @@ impl Branches {
 }
 
 impl Branches {
+    /// Delete the name `logical` but keep its physical branch, retired, while other branches read
+    /// its files (a merge grafts them, it does not copy them): the way out when `delete` is refused.
+    /// The retirement refuses every later write to it, and `gc` reclaims it once nothing reads it.
+    /// Returns the physical branch kept.
+    pub async fn delete_keeping_files(&self, logical: &str) -> Result<String> {
+        let root = self.root().await?;
+        let Some(physical) = Self::resolve_in(&root, logical).await? else {
+            return Err(Error::Main { what: "deleted".into() });
+        };
+        self.retire_for_delete(&root, logical, &physical).await?;
+        let current = self.mapped(logical).await?;
+        self.swap(logical, current.as_deref(), Some(TOMBSTONE)).await?;
+        Ok(physical)
+    }
+}
+
+impl Branches {
     /// Branches reading `physical`'s files, and targets holding a graft pin on it, sorted.
     async fn readers(&self, root: &Dataset, physical: &str) -> Result<Vec<String>> {
         let mut out = self.dependants(physical).await?;
