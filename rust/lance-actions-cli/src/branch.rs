@@ -132,12 +132,16 @@ pub enum BranchCommand {
         #[arg(long, help = JSON_HELP)]
         json: bool,
     },
-    /// Delete a logical branch; refused while another branch reads its files.
+    /// Delete a logical branch; refused while another branch reads its files (see --keep-files).
     Delete {
         #[arg(help = URI_HELP)]
         uri: String,
         /// The branch to delete (its `branch create` name).
         name: String,
+        /// Delete the name but keep the branch's files, retired, while other branches read them
+        /// (a merged branch); `branch gc` reclaims them once nothing does.
+        #[arg(long)]
+        keep_files: bool,
         #[arg(long, help = JSON_HELP)]
         json: bool,
     },
@@ -273,14 +277,14 @@ fn message(e: Error) -> Failure {
     Failure::new(kind, text)
 }
 
-/// Why a branch cannot be deleted, and what the user can do about it. A merge grafts the branch's
-/// data files into the target (no bytes are copied), so the target reads them until its own
-/// compaction rewrites those fragments.
+/// Why a branch cannot be deleted, and the way out. A merge grafts the branch's data files into
+/// the target (no bytes are copied), and every version of the target since reads them, so the files
+/// must stay; only the name can go.
 fn in_use_message(name: &str, dependants: &[String]) -> String {
     format!(
         "cannot delete branch '{name}': {} still read(s) its data files (merged or cherry-picked commits are \
-         grafted, not copied); compact those branches (Lance compaction rewrites the grafted fragments), or \
-         delete them, then delete '{name}' again",
+         grafted, not copied); `branch delete --keep-files` deletes the name and keeps the files while they are \
+         read, and `branch gc` reclaims them once nothing does",
         dependants.join(", ")
     )
 }
@@ -455,7 +459,8 @@ pub async fn run_branch(command: BranchCommand) -> Result<(), Failure> {
         BranchCommand::List { uri, all, json } => list(&uri, all, json).await,
         BranchCommand::Gc { uri, dry_run, json } => gc(&uri, dry_run, json).await,
         BranchCommand::Create { uri, name, from, version, json } => create(&uri, &name, &from, version, json).await,
-        BranchCommand::Delete { uri, name, json } => delete(&uri, &name, json).await,
+        BranchCommand::Delete { uri, name, keep_files: false, json } => delete(&uri, &name, json).await,
+        BranchCommand::Delete { uri, name, keep_files: true, json } => delete_keeping_files(&uri, &name, json).await,
     }
 }
 
@@ -567,6 +572,18 @@ async fn create(uri: &str, name: &str, from: &str, version: Option<u64>, as_json
     } else {
         let at = at.map(|v| format!(" at v{v}")).unwrap_or_default();
         println!("created branch '{name}' from {from}{at} (physical branch {physical})");
+    }
+    Ok(())
+}
+
+async fn delete_keeping_files(uri: &str, name: &str, as_json: bool) -> Result<(), Failure> {
+    let physical = branches(uri).await?.delete_keeping_files(name).await.map_err(message)?;
+    if as_json {
+        println!("{}", json!({"op": "delete", "name": name, "kept_physical": physical}));
+    } else {
+        println!(
+            "deleted branch '{name}'; its files stay in physical branch {physical} while other branches read them"
+        );
     }
     Ok(())
 }

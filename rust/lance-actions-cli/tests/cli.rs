@@ -1503,3 +1503,37 @@ fn inputs_read_arrow_streams_and_word_malformed_lines_the_same_everywhere() {
     assert_eq!(v["error"]["kind"], "input", "{v}");
     assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("Parquet input is not supported")), "{v}");
 }
+
+/// Deleting a merged branch: refused, naming what reads it and the way out; `--keep-files` then
+/// deletes the name, keeps the files main reads (retired, listed by `branch list --all`, kept by
+/// `branch gc`), and the name is free again.
+#[tokio::test]
+async fn a_merged_branch_is_deleted_by_name_keeping_the_files_main_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    assert_eq!(run_code(&["merge", &uri, "--from", "feature", "--into", "main"]).0, Some(0));
+    let (code, _, err) = run_code(&["branch", "delete", &uri, "feature"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("main still read(s) its data files") && err.contains("branch delete --keep-files"), "{err}");
+
+    let (code, out, err) = run_code(&["branch", "delete", &uri, "feature", "--keep-files"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("its files stay in physical branch {feature}")), "{out}");
+    let v = one_json(&run_code(&["branch", "list", &uri, "--all", "--json"]).1);
+    assert_eq!(v["branches"], serde_json::json!([]), "the name is gone: {v}");
+    assert_eq!(v["retired"][0]["physical"], feature.as_str(), "{v}");
+    assert_eq!(v["retired"][0]["successor"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["retired"][0]["readers"], serde_json::json!(["main"]), "{v}");
+    let (code, out, _) = run_code(&["branch", "gc", &uri]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("reclaimed 0 retired physical branch(es), kept 1 still read"), "{out}");
+    assert_eq!(count_where(&uri, "main", "id = 100").await, 1, "main still reads the merged row");
+    // Nothing can be written through the old name, and the name is free for a new branch.
+    let (code, _, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no branch named 'feature'"), "{err}");
+    let again = cli_branch(&uri, "feature");
+    assert_ne!(again, feature);
+}
