@@ -3,11 +3,15 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use lance_actions::Rule;
+use std::sync::Arc;
+
+use lance_actions::{ManifestPath, Rule};
+use lance_actions_commit::judge::deleted_rows;
 use lance_actions_commit::presence::{key_columns, key_rows};
 use lance_actions_replay::lineage::{Chain, open_version};
 use lance_actions_replay::provenance::new_fragment_ids;
 use lance_actions_replay::{Branches, Conflict};
+use roaring::RoaringBitmap;
 
 /// A conflict as the output shows it.
 pub struct Told {
@@ -42,8 +46,21 @@ pub async fn tell(b: &Branches, c: &Conflict, target: &str, logical: &LogicalNam
             }
             _ => Told { message: generic(c, &source, &theirs, logical), keys: Vec::new() },
         },
+        Rule::RowsOverlap => match overlapping_row_keys(b, c, target).await {
+            Some(keys) if !keys.is_empty() => Told {
+                message: format!("{} deleted or rewritten on both {source} and {theirs}", row_keys_phrase(&keys)),
+                keys,
+            },
+            _ => Told { message: generic(c, &source, &theirs, logical), keys: Vec::new() },
+        },
         _ => Told { message: generic(c, &source, &theirs, logical), keys: Vec::new() },
     }
+}
+
+/// "the row with key 2", "the rows with keys 2, 3".
+fn row_keys_phrase(keys: &[String]) -> String {
+    let rows = if keys.len() == 1 { "the row with" } else { "the rows with" };
+    format!("{rows} {}", keys_phrase(keys))
 }
 
 /// "key 50", "keys 50, 51, 52", "keys 1, 2, 3, 4, 5 and 7 more".
@@ -125,6 +142,48 @@ async fn shared_keys(b: &Branches, c: &Conflict, target: &str) -> Option<Vec<Str
     keys.sort();
     keys.dedup();
     Some(keys)
+}
+
+/// The keys of the rows both commits deleted (a delete, or the delete half of an update) in the
+/// fragment the conflict names, on a keyed table; `None` when that cannot be read. The model knows
+/// row offsets only; the keys are read from the fragment as it was before the source deleted them.
+async fn overlapping_row_keys(b: &Branches, c: &Conflict, target: &str) -> Option<Vec<String>> {
+    let Some(ManifestPath::Fragment { id, .. }) = &c.reason.path else { return None };
+    let peer_version = c.reason.peer_version?;
+    let root = b.root().await.ok()?;
+    let source: Chain = (c.source_branch != "main").then(|| c.source_branch.clone());
+    let target_chain = b.resolve(target).await.ok()?;
+    let ours = newly_deleted(&root, &source, c.source_version, *id).await?;
+    let theirs = newly_deleted(&root, &target_chain, peer_version, *id).await?;
+    let both = &ours & &theirs;
+    if both.is_empty() {
+        return None;
+    }
+    let before = open_version(&root, &source, c.source_version.checked_sub(1)?).await.ok()?;
+    let key = key_columns(&before)?;
+    let mut keys: Vec<String> = key_rows(&before, &key, Some(&[*id]))
+        .await
+        .ok()?
+        .into_iter()
+        .filter(|r| r.fragment == *id && both.contains(r.offset))
+        .map(|r| r.key)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    Some(keys)
+}
+
+/// The rows of fragment `id` that `version` of `chain` deleted (its deletion vector minus the
+/// previous version's).
+async fn newly_deleted(root: &lance::Dataset, chain: &Chain, version: u64, id: u64) -> Option<RoaringBitmap> {
+    let deleted_at = |v: u64| async move {
+        let ds = Arc::new(open_version(root, chain, v).await.ok()?);
+        let fragment = ds.manifest().fragments.iter().find(|f| f.id == id)?.clone();
+        deleted_rows(&ds, &fragment).await.ok()
+    };
+    let after = deleted_at(version).await?;
+    let before = deleted_at(version.checked_sub(1)?).await?;
+    Some(after - before)
 }
 
 /// What would resolve the conflicts of `operation` from `source` onto `target`. Running the same

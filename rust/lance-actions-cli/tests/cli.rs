@@ -1537,3 +1537,21 @@ async fn a_merged_branch_is_deleted_by_name_keeping_the_files_main_reads() {
     let again = cli_branch(&uri, "feature");
     assert_ne!(again, feature);
 }
+
+/// A row conflict on a keyed table names the row's key, not a fragment offset.
+#[test]
+fn a_row_conflict_on_a_keyed_table_names_the_row_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    cli_branch(&uri, "feature");
+    let del = jsonl(dir.path(), "del.jsonl", &[r#"{"id": 2}"#]);
+    assert_eq!(run_code(&["keyed", "delete", &uri, "--branch", "feature", "--input", &del]).0, Some(0));
+    let upd = jsonl(dir.path(), "upd.jsonl", &[r#"{"id": 2, "name": "B"}"#]);
+    assert_eq!(run_code(&["keyed", "update", &uri, "--input", &upd]).0, Some(0));
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 3);
+    let c = &v["conflicts"][0];
+    assert_eq!(c["rule"], "RowsOverlap", "{v}");
+    assert_eq!(c["keys"], serde_json::json!(["2"]), "{v}");
+    assert_eq!(c["text"], "the row with key 2 deleted or rewritten on both feature (v2) and main (v2)", "{v}");
+    assert!(!c["text"].as_str().unwrap_or("").contains("offset"), "{v}");
+}
