@@ -1555,3 +1555,20 @@ fn a_row_conflict_on_a_keyed_table_names_the_row_key() {
     assert_eq!(c["text"], "the row with key 2 deleted or rewritten on both feature (v2) and main (v2)", "{v}");
     assert!(!c["text"].as_str().unwrap_or("").contains("offset"), "{v}");
 }
+
+/// A write of more rows than one chunk holds lands as several commits, and the summary counts
+/// commits, not attempts.
+#[test]
+fn a_multi_chunk_write_is_summarised_in_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let lines: Vec<String> = (1..=16_385).map(|i| format!(r#"{{"id": {i}, "name": "n"}}"#)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "many.jsonl", &lines);
+    let (code, out, err) = run_code(&["keyed", "upsert", &uri, "--input", &input]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("inserted 16383, updated 2, deleted 0 row(s) at v4 in 3 commits\n"), "{out}");
+    let one = jsonl(dir.path(), "one.jsonl", &[r#"{"id": 20000, "name": "n"}"#]);
+    let (_, out, _) = run_code(&["keyed", "insert", &uri, "--input", &one]);
+    assert!(out.ends_with("at v5 in 1 commit\n"), "{out}");
+}
