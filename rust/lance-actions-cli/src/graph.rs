@@ -12,7 +12,7 @@ use lance_actions_graph::{
 use serde_json::{Value as Json, json};
 
 use crate::Kind as FailureKind;
-use crate::input::{Format, json_lines, read_arrow};
+use crate::input::{Format, json_lines, read_batches};
 use crate::{Failure, JSON_HELP, first_line};
 
 /// The help text of `<ROOT>`.
@@ -128,8 +128,8 @@ pub struct WriteArgs {
     /// The node or edge type the rows are of.
     #[arg(long = "type")]
     type_name: String,
-    /// The rows, each with a string `id`: JSON lines, or Arrow IPC file (.arrow) or stream
-    /// (.arrows).
+    /// The rows, each with a string `id`: JSON lines, Arrow IPC file (.arrow) or stream
+    /// (.arrows), or Parquet.
     #[arg(long, value_name = "FILE")]
     input: PathBuf,
     /// The graph branch to write (default main).
@@ -366,9 +366,9 @@ fn print_merge(r: &MergeReport, from: &str, into: &str, dry_run: bool, as_json: 
 
 fn read_rows(t: &lance_actions_graph::TypeDef, path: &Path) -> Result<Vec<Row>, Failure> {
     let format = Format::of(path)?;
-    if format.is_arrow() {
+    if format.is_batches() {
         let mut rows = Vec::new();
-        for b in read_arrow(path, format)? {
+        for b in read_batches(path, format)? {
             rows.extend(rows_from_batch(t, &b).map_err(message)?);
         }
         return Ok(rows);
@@ -379,9 +379,9 @@ fn read_rows(t: &lance_actions_graph::TypeDef, path: &Path) -> Result<Vec<Row>, 
 fn read_ids(path: &Path) -> Result<Vec<String>, Failure> {
     let missing = |at: String| Failure::input(format!("{}: {at}: a delete needs a string 'id'", path.display()));
     let format = Format::of(path)?;
-    if format.is_arrow() {
+    if format.is_batches() {
         let mut ids = Vec::new();
-        for b in read_arrow(path, format)? {
+        for b in read_batches(path, format)? {
             let col = b.column_by_name("id").ok_or_else(|| missing("column 'id'".into()))?;
             let strings = lance::deps::arrow_array::cast::AsArray::as_string_opt::<i32>(col.as_ref())
                 .ok_or_else(|| missing("column 'id'".into()))?;

@@ -1,4 +1,5 @@
-//! Input files of every command (`keyed`, `graph`): JSON lines, Arrow IPC files and streams.
+//! Input files of every command (`keyed`, `graph`): JSON lines, Arrow IPC files and streams, and
+//! Parquet (uncompressed, snappy, zstd or lz4; columns in the file's order).
 //! One reader, so the same malformed file gets the same message whichever command reads it.
 //! Lines and rows are counted from 1.
 
@@ -18,25 +19,24 @@ pub enum Format {
     ArrowFile,
     /// Arrow IPC stream format (`.arrows`, or starting with the 0xFFFFFFFF continuation marker).
     ArrowStream,
+    /// Parquet (starts with `PAR1`).
+    Parquet,
 }
 
 const FILE_MAGIC: &[u8] = b"ARROW1";
 const STREAM_MARKER: &[u8] = &[0xFF, 0xFF, 0xFF, 0xFF];
+const PARQUET_MAGIC: &[u8] = b"PAR1";
 
 impl Format {
     /// By the file's first bytes, then by its extension: the bytes win, so a file named `.arrow`
-    /// that holds a stream is still read. Parquet is named and refused: this build has no reader.
+    /// that holds a stream is still read.
     pub fn of(path: &Path) -> Result<Format, Failure> {
         let head = first_bytes(path, 6)?;
         let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-        if head.starts_with(b"PAR1") || ext.as_deref() == Some("parquet") {
-            return Err(Failure::input(format!(
-                "{}: Parquet input is not supported by this build; convert it to Arrow IPC (.arrow) or JSON lines",
-                path.display()
-            )));
-        }
         Ok(if head.starts_with(FILE_MAGIC) {
             Format::ArrowFile
+        } else if head.starts_with(PARQUET_MAGIC) || ext.as_deref() == Some("parquet") {
+            Format::Parquet
         } else if head.starts_with(STREAM_MARKER) || matches!(ext.as_deref(), Some("arrow" | "arrows" | "ipc")) {
             Format::ArrowStream
         } else {
@@ -44,7 +44,8 @@ impl Format {
         })
     }
 
-    pub fn is_arrow(self) -> bool {
+    /// Read as Arrow record batches (anything but JSON lines).
+    pub fn is_batches(self) -> bool {
         self != Format::JsonLines
     }
 }
@@ -63,8 +64,15 @@ pub fn input_error(path: &Path, e: impl std::fmt::Display) -> Failure {
     Failure::input(format!("{}: {}", path.display(), first_line(&e.to_string())))
 }
 
-/// Every batch of an Arrow IPC file or stream.
-pub fn read_arrow(path: &Path, format: Format) -> Result<Vec<RecordBatch>, Failure> {
+/// Every batch of an Arrow IPC file or stream, or of a Parquet file.
+pub fn read_batches(path: &Path, format: Format) -> Result<Vec<RecordBatch>, Failure> {
+    match format {
+        Format::Parquet => read_parquet(path),
+        _ => read_arrow(path, format),
+    }
+}
+
+fn read_arrow(path: &Path, format: Format) -> Result<Vec<RecordBatch>, Failure> {
     let bad = |e: lance::deps::arrow_schema::ArrowError| {
         Failure::input(format!("{} is not readable as Arrow IPC: {}", path.display(), first_line(&e.to_string())))
     };
@@ -75,6 +83,16 @@ pub fn read_arrow(path: &Path, format: Format) -> Result<Vec<RecordBatch>, Failu
         _ => arrow_ipc::reader::StreamReader::try_new_buffered(open_file(path)?, None).map_err(bad)?.collect(),
     };
     batches.map_err(bad)
+}
+
+fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>, Failure> {
+    let bad = |e: &dyn std::fmt::Display| {
+        Failure::input(format!("{} is not readable as Parquet: {}", path.display(), first_line(&e.to_string())))
+    };
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open_file(path)?)
+        .and_then(|b| b.build())
+        .map_err(|e| bad(&e))?;
+    reader.collect::<Result<Vec<_>, _>>().map_err(|e| bad(&e))
 }
 
 /// One record of a JSON-lines file: its line number (from 1) and its object.
@@ -115,7 +133,7 @@ mod tests {
         assert_eq!(Format::of(&write("a.arrow", &[0xFF, 0xFF, 0xFF, 0xFF, 0, 0])).ok(), Some(Format::ArrowStream));
         assert_eq!(Format::of(&write("a.arrows", b"")).ok(), Some(Format::ArrowStream));
         assert_eq!(Format::of(&write("a.jsonl", b"{}")).ok(), Some(Format::JsonLines));
-        assert!(Format::of(&write("a.parquet", b"PAR1")).is_err());
+        assert_eq!(Format::of(&write("a.bin", b"PAR1\0\0")).ok(), Some(Format::Parquet));
     }
 
     #[test]

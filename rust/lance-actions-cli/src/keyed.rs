@@ -1,4 +1,4 @@
-//! `keyed`: keyed tables from the command line. Create from JSON lines or Arrow IPC, strict insert,
+//! `keyed`: keyed tables from the command line. Create from JSON lines, Arrow IPC or Parquet, strict insert,
 //! upsert, update and delete by key through the commit driver, and all-branch key migration.
 //!
 //! A key conflict prints the conflicting keys and exits with [`KEY_CONFLICT_EXIT`]; nothing was
@@ -15,19 +15,19 @@ use lance_actions_keyed::migrate::BranchStep;
 use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOutcome, migrate};
 use serde_json::json;
 
-use crate::input::{Format, json_lines, open_file, read_arrow};
+use crate::input::{Format, json_lines, open_file, read_batches};
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
 /// The help text of `--input`.
-pub const INPUT_HELP: &str = "The rows: JSON lines (one object per line), or Arrow IPC, file (.arrow) or stream \
-     (.arrows), told apart by their first bytes";
+pub const INPUT_HELP: &str = "The rows: JSON lines (one object per line), Arrow IPC file (.arrow) or stream \
+     (.arrows), or Parquet, told apart by their first bytes";
 
 /// Exit code of a write refused for a key conflict.
 pub const KEY_CONFLICT_EXIT: u8 = 3;
 
 #[derive(Subcommand)]
 pub enum KeyedCommand {
-    /// Create a keyed table from JSON lines or an Arrow IPC file (schema from the file).
+    /// Create a keyed table from JSON lines, Arrow IPC or Parquet (schema from the file).
     Create {
         /// Where to create the table (a local path or an object-store URI); nothing may be there.
         uri: String,
@@ -108,7 +108,7 @@ pub async fn run(command: KeyedCommand) -> Result<(), Failure> {
 async fn create(uri: &str, key: &[String], input: &Path, as_json: bool) -> Result<(), Failure> {
     let batches = match Format::of(input)? {
         Format::JsonLines => read_json(input, infer_json(input)?, true)?,
-        arrow => read_arrow(input, arrow)?,
+        batches => read_batches(input, batches)?,
     };
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let names: Vec<&str> = key.iter().map(String::as_str).collect();
@@ -154,7 +154,7 @@ fn read_rows(kind: WriteKind, table: &KeyedTable, input: &Path) -> Result<Vec<Re
     let batches = match (Format::of(input)?, kind) {
         (Format::JsonLines, WriteKind::Delete) => read_json(input, key_schema(table)?, false)?,
         (Format::JsonLines, _) => read_json(input, table.arrow_schema().clone(), true)?,
-        (arrow, _) => read_arrow(input, arrow)?,
+        (batches, _) => read_batches(input, batches)?,
     };
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Err(Failure::input(format!("{}: no rows", input.display())));

@@ -1467,7 +1467,7 @@ async fn branch_gc_reclaims_retired_branches_nothing_reads() {
 }
 
 /// Arrow IPC streams (`.arrows`) are read; the same malformed JSON line gets the same message from
-/// `keyed` and `graph`; Parquet is refused by name.
+/// `keyed` and `graph`; a file that only looks like Parquet is refused naming the format.
 #[test]
 fn inputs_read_arrow_streams_and_word_malformed_lines_the_same_everywhere() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1495,13 +1495,54 @@ fn inputs_read_arrow_streams_and_word_malformed_lines_the_same_everywhere() {
     assert_eq!(code, Some(1), "{graph_err}");
     assert_eq!(graph_err, keyed_err, "the same file, the same words");
 
-    let parquet = dir.path().join("rows.parquet");
-    std::fs::write(&parquet, b"PAR1").expect("write");
-    let (code, out, _) = run_code(&["keyed", "insert", &uri, "--input", parquet.to_str().expect("utf-8"), "--json"]);
+    let fake = dir.path().join("fake.parquet");
+    std::fs::write(&fake, b"PAR1").expect("write");
+    let (code, out, _) = run_code(&["keyed", "insert", &uri, "--input", fake.to_str().expect("utf-8"), "--json"]);
     assert_eq!(code, Some(1));
     let v = one_json(&out);
     assert_eq!(v["error"]["kind"], "input", "{v}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("Parquet input is not supported")), "{v}");
+    assert!(
+        v["error"]["message"].as_str().is_some_and(|m| m.contains("fake.parquet is not readable as Parquet")),
+        "{v}"
+    );
+}
+
+/// Parquet input (snappy-compressed, as pandas and pyarrow write it by default): a keyed table is
+/// created from it with the file's columns in the file's order, and rows are inserted from it.
+#[tokio::test]
+async fn keyed_tables_are_created_and_written_from_parquet() {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, ids: &[i64]| {
+        let rows = lance_actions_commit::scenario::batch(ids).expect("batch");
+        let path = dir.path().join(name);
+        let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&path).expect("create"), rows.schema(), Some(props))
+                .expect("writer");
+        writer.write(&rows).expect("write");
+        writer.close().expect("close");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let first = write("rows.parquet", &[1, 2, 3]);
+    let uri = dir.path().join("k").to_str().expect("utf-8").to_string();
+    let (code, out, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &first]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("3 row(s) at v1"), "{out}");
+    let ds = lance::Dataset::open(&uri).await.expect("open");
+    let columns: Vec<String> = ds.schema().fields.iter().map(|f| f.name.clone()).collect();
+    let expected: Vec<String> =
+        lance_actions_commit::scenario::schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(columns, expected, "the file's column order");
+    let more = write("more.bin", &[4, 5]);
+    let (code, out, err) = run_code(&["keyed", "insert", &uri, "--input", &more]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("inserted 2"), "{out}");
+    assert_eq!(count_rows(&uri).await, 5);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &more]);
+    assert_eq!(code, Some(3), "the same keys again are a key conflict: {err}");
 }
 
 /// Deleting a merged branch: refused, naming what reads it and the way out; `--keep-files` then
