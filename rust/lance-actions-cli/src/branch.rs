@@ -12,6 +12,7 @@ use lance_actions_replay::{Branches, Conflict, Error, Landed, Outcome, ReplayOpt
 use serde_json::{Value, json};
 
 use crate::conflicts::{LogicalNames, Told, display_branch, resolution, tell, with_logical_names};
+use crate::progress::Spinner;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
 /// Exit code of a replay whose outcome is conflicted.
@@ -184,26 +185,31 @@ pub async fn run(command: ReplayCommand) -> Result<(), Failure> {
                 format!("{} of {from} onto {onto}", listed.join(", ")),
                 flags,
             );
+            let _spinner = spinner(&r);
             let outcome = branches(&r.uri).await?.cherry_pick(&from, &versions, &onto, &options(&r)).await;
             (r, outcome)
         }
         ReplayCommand::Merge { uri, from, into, flags } => {
             let r = request("merge", uri, &from, &into, format!("{from} into {into}"), flags);
+            let _spinner = spinner(&r);
             let outcome = branches(&r.uri).await?.merge(&from, &into, &options(&r)).await;
             (r, outcome)
         }
         ReplayCommand::FastForward { uri, from, into, flags } => {
             let r = request("fast-forward", uri, &from, &into, format!("{into} to {from}"), flags);
+            let _spinner = spinner(&r);
             let outcome = branches(&r.uri).await?.fast_forward(&from, &into, &options(&r)).await;
             (r, outcome)
         }
         ReplayCommand::Rebase { uri, branch, onto, flags } => {
             let r = request("rebase", uri, &branch, &branch, format!("{branch} onto {onto}"), flags);
+            let _spinner = spinner(&r);
             let outcome = branches(&r.uri).await?.rebase(&branch, &onto, &options(&r)).await;
             (r, outcome)
         }
         ReplayCommand::Squash { uri, branch, from, to, flags } => {
             let r = request("squash", uri, &branch, &branch, format!("v{from}..=v{to} of {branch}"), flags);
+            let _spinner = spinner(&r);
             let outcome = branches(&r.uri).await?.squash(&branch, from, to, &options(&r)).await;
             (r, outcome)
         }
@@ -243,6 +249,12 @@ fn request(
         dry_run: flags.dry_run,
         json: flags.json,
     }
+}
+
+/// "merge feature into main" on stderr while the replay runs, for an interactive user only.
+fn spinner(r: &Request) -> Spinner {
+    let dry = if r.dry_run { " (dry run)" } else { "" };
+    Spinner::start(format!("{} {}{dry}", r.operation, r.description), r.json)
 }
 
 fn options(r: &Request) -> ReplayOptions {

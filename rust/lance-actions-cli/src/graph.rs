@@ -13,6 +13,7 @@ use serde_json::{Value as Json, json};
 
 use crate::Kind as FailureKind;
 use crate::input::{Format, json_lines, read_batches};
+use crate::progress::Spinner;
 use crate::{Failure, JSON_HELP, first_line};
 
 /// The help text of `<ROOT>`.
@@ -188,7 +189,11 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
                 StrategyArg::Theirs => Strategy::Theirs,
             };
             let opts = MergeOptions { dry_run, cells, strategy };
-            let report = open(&root).await?.merge(&from, &into, &opts).await.map_err(message)?;
+            let graph = open(&root).await?;
+            let spinner = Spinner::start(format!("merging graph branch '{from}' into '{into}'"), json);
+            let report = graph.merge(&from, &into, &opts).await.map_err(message);
+            drop(spinner);
+            let report = report?;
             print_merge(&report, &from, &into, dry_run, json);
             if report.outcome == Outcome::Conflicted { Err(Failure::Reported { code: 3 }) } else { Ok(()) }
         }

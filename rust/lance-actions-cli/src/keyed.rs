@@ -16,6 +16,7 @@ use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, Migration
 use serde_json::json;
 
 use crate::input::{Format, json_lines, open_file, read_batches};
+use crate::progress::Spinner;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
 /// The help text of `--input`.
@@ -126,12 +127,16 @@ async fn write(kind: WriteKind, args: WriteArgs) -> Result<(), Failure> {
     let mut table = open_table(&args.uri, args.branch.as_deref(), args.physical).await?;
     let key = table.key().names.clone();
     let batches = read_rows(kind, &table, &args.input)?;
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let on = args.branch.as_deref().unwrap_or("main");
+    let spinner = Spinner::start(format!("{} {rows} row(s) on {on}", kind.label()), args.json);
     let result = match kind {
         WriteKind::Insert => table.insert(batches).await,
         WriteKind::Upsert => table.upsert(batches).await,
         WriteKind::Update => table.update(batches).await,
         WriteKind::Delete => table.delete(batches).await,
     };
+    drop(spinner);
     let outcome = result.map_err(|e| failure(e, &key, args.json))?;
     print_outcome(kind, &args, &outcome);
     Ok(())
@@ -395,7 +400,10 @@ fn conflict_message(keys: &KeySample, cause: ConflictCause, key: &[String]) -> S
 async fn run_migrate(uri: &str, key: &[String], as_json: bool) -> Result<(), Failure> {
     crate::open(uri).await?;
     let names: Vec<&str> = key.iter().map(String::as_str).collect();
-    let report = migrate(uri, &names).await.map_err(library_failure)?;
+    let spinner = Spinner::start(format!("migrating {uri} to key {key:?}, main and every branch"), as_json);
+    let report = migrate(uri, &names).await.map_err(library_failure);
+    drop(spinner);
+    let report = report?;
     if as_json {
         println!("{}", migration_json(uri, &report));
     } else {

@@ -10,6 +10,7 @@ mod graph;
 mod input;
 mod keyed;
 mod matrix;
+mod progress;
 
 use std::process::ExitCode;
 

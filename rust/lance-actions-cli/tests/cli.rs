@@ -1613,3 +1613,27 @@ fn a_multi_chunk_write_is_summarised_in_commits() {
     let (_, out, _) = run_code(&["keyed", "insert", &uri, "--input", &one]);
     assert!(out.ends_with("at v5 in 1 commit\n"), "{out}");
 }
+
+/// On a terminal a replay shows a spinner on stderr while it runs, cleared before the result; with
+/// `--json`, or piped, nothing but the result is printed. The terminal is a real pseudo-terminal
+/// from `script` (util-linux, on every Debian).
+#[tokio::test]
+async fn a_spinner_shows_on_a_terminal_only_and_never_with_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    let on_a_terminal = |args: &str| {
+        let command = format!("{} {args}", env!("CARGO_BIN_EXE_lance-actions"));
+        let out = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("script (util-linux)");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let shown = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run"));
+    assert!(shown.contains("merge feature into main (dry run) ("), "the spinner: {shown:?}");
+    assert!(shown.contains("merged: merge feature into main") || shown.contains("fast-forward: merge"), "{shown:?}");
+    let json = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run --json"));
+    assert!(json.starts_with('{') && !json.contains("(dry run) ("), "{json:?}");
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
+    assert_eq!(code, Some(0));
+    assert!(err.is_empty() && out.lines().count() == 1, "piped: the result only: {out:?} {err:?}");
+}
