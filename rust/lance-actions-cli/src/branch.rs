@@ -214,7 +214,7 @@ pub async fn run(command: ReplayCommand) -> Result<(), Failure> {
             (r, outcome)
         }
     };
-    let outcome = outcome.map_err(message)?;
+    let outcome = outcome.map_err(|e| replay_failure(e, &request))?;
     let logical = logical_names(&request.uri, &outcome).await;
     let told = tell_all(&request, &outcome, &logical).await;
     if request.json {
@@ -265,6 +265,25 @@ fn options(r: &Request) -> ReplayOptions {
 async fn branches(uri: &str) -> Result<Branches, Failure> {
     crate::open(uri).await?;
     Ok(Branches::new(uri))
+}
+
+/// A replay that found a branch it works on retired or deleted under it lost a race to a
+/// concurrent rebase, squash or delete of that branch (a logical name always resolves past a
+/// retirement, so only a change during the operation meets one): exit 7, in the branch's logical
+/// name. A rewrite discards what it built; a merge keeps what landed and recognises it when run
+/// again.
+fn replay_failure(e: Error, r: &Request) -> Failure {
+    match e {
+        Error::Retired { .. } | Error::BranchDeleted { .. } => Failure::new(
+            Kind::LostRace,
+            format!(
+                "branch '{}' changed while this {} ran (another rebase, squash or delete of it landed first); \
+                 run the {} again",
+                r.source, r.operation, r.operation
+            ),
+        ),
+        other => message(other),
+    }
 }
 
 /// A library error in one line, with the kind its exit code follows; a refused delete names what

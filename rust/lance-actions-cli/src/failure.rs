@@ -15,8 +15,8 @@ Exit codes:
   4  retry: check's verdict is retry; a commit gave up after other writers kept landing
   5  fail: check's verdict is fail; a commit was refused as incompatible
   6  fast-forward refused: the target has commits of its own since the fork
-  7  lost a race: a rebase, squash or delete found the branch changed meanwhile;
-     nothing of it was left behind, run it again
+  7  lost a race: another rebase, squash or delete changed the branch this command
+     was working on; a rebase or squash leaves nothing behind: run it again
 
 With --json, results and errors are JSON on stdout; an error is
 {\"error\": {\"kind\": ..., \"message\": ...}}.";

@@ -1637,3 +1637,47 @@ async fn a_spinner_shows_on_a_terminal_only_and_never_with_json() {
     assert_eq!(code, Some(0));
     assert!(err.is_empty() && out.lines().count() == 1, "piped: the result only: {out:?} {err:?}");
 }
+
+/// Two rebases of the same branch at once: one wins, the other lost a race and exits 7 with the
+/// branch's logical name (never exit 1 or a physical name), whichever point the race hit.
+#[test]
+fn concurrent_rebases_of_one_branch_end_in_0_or_7() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let physical = cli_branch(&uri, "feature");
+    let on_feature = jsonl(dir.path(), "f.jsonl", &[r#"{"id": 3, "name": "f"}"#]);
+    assert_eq!(run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &on_feature]).0, Some(0));
+    let mut lost = 0;
+    for round in 0..6 {
+        let row = format!(r#"{{"id": {}, "name": "m"}}"#, 100 + round);
+        let on_main = jsonl(dir.path(), "m.jsonl", &[&row]);
+        assert_eq!(run_code(&["keyed", "insert", &uri, "--input", &on_main]).0, Some(0));
+        let spawn = || {
+            bin()
+                .args(["rebase", &uri, "--branch", "feature", "--onto", "main", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut won = 0;
+        for child in [a, b] {
+            let out = child.wait_with_output().expect("wait");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            match out.status.code() {
+                Some(0) => won += 1,
+                Some(7) => {
+                    lost += 1;
+                    let v = one_json(&text);
+                    assert_eq!(v["error"]["kind"], "lost_race", "{v}");
+                    let message = v["error"]["message"].as_str().unwrap_or("");
+                    assert!(message.contains("'feature'") && !message.contains("feature."), "{v}");
+                }
+                other => panic!("round {round}: exit {other:?}: {text}"),
+            }
+        }
+        assert!(won >= 1, "round {round}: one rebase wins");
+    }
+    assert_ne!(physical_of(&uri, "feature"), Some(physical), "the branch was rebased");
+    eprintln!("lost races: {lost} of 6 rounds");
+}
