@@ -117,6 +117,51 @@ pub fn json_lines(path: &Path) -> Result<Vec<JsonRecord>, Failure> {
     Ok(out)
 }
 
+/// The field names of a JSON-lines file in the order they first appear (serde_json's map sorts
+/// them, and so does arrow-json's schema inference): the columns of a table created from the file
+/// keep the file's order.
+pub fn json_field_order(path: &Path) -> Result<Vec<String>, Failure> {
+    let mut order: Vec<String> = Vec::new();
+    for (i, line) in BufReader::new(open_file(path)?).lines().enumerate() {
+        let line = line.map_err(|e| input_error(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let keys: KeysInOrder = serde_json::from_str(&line)
+            .map_err(|e| Failure::input(format!("{}: line {}: not a JSON object: {e}", path.display(), i + 1)))?;
+        for key in keys.0 {
+            if !order.contains(&key) {
+                order.push(key);
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// The keys of one JSON object, in the order written; the values are skipped unread.
+struct KeysInOrder(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for KeysInOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = KeysInOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<KeysInOrder, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    keys.push(key);
+                }
+                Ok(KeysInOrder(keys))
+            }
+        }
+        deserializer.deserialize_map(Keys)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +188,13 @@ mod tests {
         std::fs::write(&p, "{\"id\": 1}\n\n[1, 2]\n").expect("write");
         let Err(Failure::Message { message, .. }) = json_lines(&p) else { panic!("refused") };
         assert!(message.ends_with("line 3: not a JSON object: [1,2]"), "{message}");
+    }
+
+    #[test]
+    fn json_field_order_is_the_order_of_first_appearance() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("rows.jsonl");
+        std::fs::write(&p, "{\"zeta\": 1, \"id\": {\"a\": 2}}\n{\"alpha\": 3, \"id\": 4}\n").expect("write");
+        assert_eq!(json_field_order(&p).ok(), Some(vec!["zeta".to_string(), "id".into(), "alpha".into()]));
     }
 }

@@ -15,7 +15,7 @@ use lance_actions_keyed::migrate::BranchStep;
 use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOutcome, migrate};
 use serde_json::json;
 
-use crate::input::{Format, json_lines, open_file, read_batches};
+use crate::input::{Format, json_field_order, json_lines, open_file, read_batches};
 use crate::progress::Spinner;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
@@ -191,7 +191,11 @@ fn infer_json(path: &Path) -> Result<SchemaRef, Failure> {
     let reader = BufReader::new(open_file(path)?);
     let (schema, _) = arrow_json::reader::infer_json_schema_from_seekable(reader, None)
         .map_err(|e| Failure::input(format!("{} is not JSON lines: {}", path.display(), first_line(&e.to_string()))))?;
-    Ok(Arc::new(schema))
+    // Inference sorts the fields by name; the table's columns keep the file's order instead.
+    let order = json_field_order(path)?;
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    fields.sort_by_key(|f| order.iter().position(|name| name == f.name()).unwrap_or(usize::MAX));
+    Ok(Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
 }
 
 /// Decode JSON lines with `schema`. `strict`: a field the schema lacks is an error. A value that

@@ -1507,14 +1507,26 @@ fn inputs_read_arrow_streams_and_word_malformed_lines_the_same_everywhere() {
     );
 }
 
-/// Parquet input (snappy-compressed, as pandas and pyarrow write it by default): a keyed table is
-/// created from it with the file's columns in the file's order, and rows are inserted from it.
+/// A keyed table created from JSON lines or from Parquet (snappy-compressed, as pandas and pyarrow
+/// write it by default) has the file's columns in the file's order; rows are inserted from Parquet.
 #[tokio::test]
 async fn keyed_tables_are_created_and_written_from_parquet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // JSON lines first: the columns of the file's first record, in its order (not sorted by name).
+    let rows = jsonl(
+        dir.path(),
+        "ordered.jsonl",
+        &[r#"{"zeta": "a", "id": 1, "alpha": 2}"#, r#"{"id": 2, "zeta": "b", "beta": true, "alpha": 3}"#],
+    );
+    let ordered = dir.path().join("ordered").to_str().expect("utf-8").to_string();
+    assert_eq!(run_code(&["keyed", "create", &ordered, "--key", "id", "--input", &rows]).0, Some(0));
+    let ds = lance::Dataset::open(&ordered).await.expect("open");
+    let columns: Vec<String> = ds.schema().fields.iter().map(|f| f.name.clone()).collect();
+    assert_eq!(columns, ["zeta", "id", "alpha", "beta"], "the order the fields first appear in");
+
     use parquet::arrow::ArrowWriter;
     use parquet::basic::Compression;
     use parquet::file::properties::WriterProperties;
-    let dir = tempfile::tempdir().expect("tempdir");
     let write = |name: &str, ids: &[i64]| {
         let rows = lance_actions_commit::scenario::batch(ids).expect("batch");
         let path = dir.path().join(name);
@@ -1527,6 +1539,7 @@ async fn keyed_tables_are_created_and_written_from_parquet() {
         path.to_str().expect("utf-8").to_string()
     };
     let first = write("rows.parquet", &[1, 2, 3]);
+    // Parquet next: the file's columns in the file's order.
     let uri = dir.path().join("k").to_str().expect("utf-8").to_string();
     let (code, out, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &first]);
     assert_eq!(code, Some(0), "{err}");
