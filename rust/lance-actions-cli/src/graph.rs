@@ -2,8 +2,6 @@
 //!
 //! Conflicts and constraint violations exit 3 with the list as data (`--json`) or as lines.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
@@ -13,16 +11,24 @@ use lance_actions_graph::{
 };
 use serde_json::{Value as Json, json};
 
-use crate::{Failure, first_line};
+use crate::Kind as FailureKind;
+use crate::input::{Format, json_lines, read_batches};
+use crate::progress::Spinner;
+use crate::{Failure, JSON_HELP, first_line};
+
+/// The help text of `<ROOT>`.
+const ROOT_HELP: &str = "The graph: the directory `graph init` created (a local path or an object-store URI)";
 
 #[derive(Subcommand)]
 pub enum GraphCommand {
     /// Create a graph: one keyed table per type of the schema file, and the graph manifest.
     Init {
+        /// Where to create the graph: a directory that will hold one Lance table per type.
         root: String,
-        #[arg(long)]
+        /// The schema: node and edge types with their properties, as JSON.
+        #[arg(long, value_name = "FILE")]
         schema: PathBuf,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Graph branches: create, list.
@@ -38,83 +44,109 @@ pub enum GraphCommand {
     Delete(WriteArgs),
     /// Three-way merge of graph branch FROM into INTO.
     Merge {
+        #[arg(help = ROOT_HELP)]
         root: String,
+        /// The graph branch whose changes are merged.
         #[arg(long)]
         from: String,
+        /// The graph branch that receives them.
         #[arg(long)]
         into: String,
+        /// Plan and report the outcome; write nothing.
         #[arg(long)]
         dry_run: bool,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
         /// Merge an id updated on both sides property by property.
         #[arg(long)]
         cells: bool,
+        /// An id changed differently on both sides: `fail` reports it (exit 3), `ours` keeps INTO's
+        /// row, `theirs` takes FROM's.
         #[arg(long, value_enum, default_value = "fail")]
         strategy: StrategyArg,
     },
     /// Every row of a type as JSON lines, ordered by id.
     Export {
+        #[arg(help = ROOT_HELP)]
         root: String,
+        /// The node or edge type to export.
         #[arg(long = "type")]
         type_name: String,
+        /// The graph branch to read (default main).
         #[arg(long)]
         branch: Option<String>,
     },
     /// Build a BTree index on `id` in every table of a branch (one graph version), so writes and
     /// merges take Lance's indexed paths.
     Index {
+        #[arg(help = ROOT_HELP)]
         root: String,
+        /// The graph branch to index (default main).
         #[arg(long)]
         branch: Option<String>,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Graph versions reachable from a branch, newest first: parents and tables.
     Log {
+        #[arg(help = ROOT_HELP)]
         root: String,
+        /// The graph branch whose history is shown (default main).
         #[arg(long)]
         branch: Option<String>,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
 
 #[derive(Subcommand)]
 pub enum BranchCommand {
+    /// Create a graph branch from another.
     Create {
+        #[arg(help = ROOT_HELP)]
         root: String,
+        /// The new graph branch's name.
         name: String,
+        /// The graph branch it starts from.
         #[arg(long, default_value = "main")]
         from: String,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
+    /// Every graph branch with its head graph version.
     List {
+        #[arg(help = ROOT_HELP)]
         root: String,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
 
 #[derive(clap::Args)]
 pub struct WriteArgs {
+    #[arg(help = ROOT_HELP)]
     root: String,
+    /// The node or edge type the rows are of.
     #[arg(long = "type")]
     type_name: String,
-    /// JSON lines or Arrow IPC.
-    #[arg(long)]
+    /// The rows, each with a string `id`: JSON lines, Arrow IPC file (.arrow) or stream
+    /// (.arrows), or Parquet.
+    #[arg(long, value_name = "FILE")]
     input: PathBuf,
+    /// The graph branch to write (default main).
     #[arg(long)]
     branch: Option<String>,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum StrategyArg {
+    /// Report the conflict; write nothing.
     Fail,
+    /// Keep the target's (INTO's) row.
     Ours,
+    /// Take the source's (FROM's) row.
     Theirs,
 }
 
@@ -157,7 +189,11 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
                 StrategyArg::Theirs => Strategy::Theirs,
             };
             let opts = MergeOptions { dry_run, cells, strategy };
-            let report = open(&root).await?.merge(&from, &into, &opts).await.map_err(message)?;
+            let graph = open(&root).await?;
+            let spinner = Spinner::start(format!("merging graph branch '{from}' into '{into}'"), json);
+            let report = graph.merge(&from, &into, &opts).await.map_err(message);
+            drop(spinner);
+            let report = report?;
             print_merge(&report, &from, &into, dry_run, json);
             if report.outcome == Outcome::Conflicted { Err(Failure::Reported { code: 3 }) } else { Ok(()) }
         }
@@ -196,17 +232,26 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
     }
 }
 
+/// A graph library error in one line, with the kind its exit code follows.
 fn message(e: Error) -> Failure {
-    Failure::Message(first_line(&e.to_string()).to_string())
+    let kind = match &e {
+        Error::Input { .. } | Error::UnknownType { .. } => FailureKind::Input,
+        Error::NoSuchBranch { .. } => FailureKind::NoSuchBranch,
+        Error::Contention { .. } => FailureKind::Retry,
+        Error::Commit { source } => crate::keyed::commit_kind(source),
+        _ => FailureKind::Other,
+    };
+    Failure::new(kind, first_line(&e.to_string()))
 }
 
 async fn open(root: &str) -> Result<Graph, Failure> {
+    crate::require_path(root)?;
     Graph::open(root).await.map_err(message)
 }
 
 async fn init(root: &str, schema: &Path, as_json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(schema)
-        .map_err(|e| Failure::Message(format!("{}: {}", schema.display(), first_line(&e.to_string()))))?;
+        .map_err(|e| Failure::input(format!("{}: {}", schema.display(), first_line(&e.to_string()))))?;
     let g = Graph::init(root, &text).await.map_err(message)?;
     let types: Vec<String> = g.schema().types.values().map(|t| t.key()).collect();
     if as_json {
@@ -258,7 +303,8 @@ async fn write(kind: Kind, args: WriteArgs) -> Result<(), Failure> {
         }
         Err(e @ Error::AlreadyPresent { .. }) => {
             if args.json {
-                println!("{}", json!({"op": op, "outcome": "refused", "error": e.to_string()}));
+                let error = json!({"kind": "key_conflict", "message": e.to_string()});
+                println!("{}", json!({"op": op, "outcome": "refused", "error": error}));
             } else {
                 eprintln!("error: {e}");
             }
@@ -279,6 +325,27 @@ fn print_conflicts(conflicts: &[Conflict], as_json: bool, mut head: Json) {
     }
 }
 
+/// What the merge wrote, counted: "; 3 row(s) written (node:Person 2, edge:Knows 1), graph version X".
+fn written_phrase(r: &MergeReport, dry_run: bool) -> String {
+    let total: usize = r.written.values().sum();
+    if total == 0 && r.adopted.is_empty() {
+        return String::new();
+    }
+    let per_type: Vec<String> = r.written.iter().filter(|(_, n)| **n > 0).map(|(t, n)| format!("{t} {n}")).collect();
+    let verb = if dry_run { "would write" } else { "written" };
+    let mut out = format!("; {total} row(s) {verb}");
+    if !per_type.is_empty() {
+        out.push_str(&format!(" ({})", per_type.join(", ")));
+    }
+    if !r.adopted.is_empty() {
+        out.push_str(&format!("; {} taken from the source as it is (no rows rewritten)", r.adopted.join(", ")));
+    }
+    if let Some(commit) = r.commit.as_ref().filter(|_| !dry_run) {
+        out.push_str(&format!(", graph version {commit}"));
+    }
+    out
+}
+
 fn print_merge(r: &MergeReport, from: &str, into: &str, dry_run: bool, as_json: bool) {
     if as_json {
         let head = json!({
@@ -294,87 +361,43 @@ fn print_merge(r: &MergeReport, from: &str, into: &str, dry_run: bool, as_json: 
             print_conflicts(&r.conflicts, false, Json::Null);
         }
         other => println!(
-            "merge of '{from}' into '{into}': {}{}",
+            "merge of '{from}' into '{into}': {}{}{}",
             other.label(),
+            written_phrase(r, dry_run),
             if dry_run { " (dry run, nothing written)" } else { "" }
         ),
     }
 }
 
-fn open_file(path: &Path) -> Result<File, Failure> {
-    File::open(path).map_err(|e| Failure::Message(format!("{}: {}", path.display(), first_line(&e.to_string()))))
-}
-
-fn is_ipc(path: &Path) -> Result<bool, Failure> {
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    let mut head = Vec::with_capacity(6);
-    open_file(path)?
-        .take(6)
-        .read_to_end(&mut head)
-        .map_err(|e| Failure::Message(format!("{}: {e}", path.display())))?;
-    Ok(matches!(ext.as_deref(), Some("arrow" | "ipc")) || head == b"ARROW1")
-}
-
-fn read_ipc(path: &Path) -> Result<Vec<lance::deps::arrow_array::RecordBatch>, Failure> {
-    let bad = |e: lance::deps::arrow_schema::ArrowError| {
-        Failure::Message(format!("{} is not readable as Arrow IPC: {}", path.display(), first_line(&e.to_string())))
-    };
-    let mut head = Vec::with_capacity(6);
-    open_file(path)?.take(6).read_to_end(&mut head).map_err(|e| Failure::Message(e.to_string()))?;
-    if head == b"ARROW1" {
-        arrow_ipc::reader::FileReader::try_new_buffered(open_file(path)?, None)
-            .map_err(bad)?
-            .collect::<Result<_, _>>()
-            .map_err(bad)
-    } else {
-        arrow_ipc::reader::StreamReader::try_new_buffered(open_file(path)?, None)
-            .map_err(bad)?
-            .collect::<Result<_, _>>()
-            .map_err(bad)
-    }
-}
-
-/// JSON lines, one object per non-blank line.
-fn json_lines(path: &Path) -> Result<Vec<(usize, Json)>, Failure> {
-    let mut out = Vec::new();
-    for (i, line) in BufReader::new(open_file(path)?).lines().enumerate() {
-        let line = line.map_err(|e| Failure::Message(format!("{}: {e}", path.display())))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value = serde_json::from_str(&line)
-            .map_err(|e| Failure::Message(format!("{} line {}: not JSON: {e}", path.display(), i + 1)))?;
-        out.push((i + 1, value));
-    }
-    Ok(out)
-}
-
 fn read_rows(t: &lance_actions_graph::TypeDef, path: &Path) -> Result<Vec<Row>, Failure> {
-    if is_ipc(path)? {
+    let format = Format::of(path)?;
+    if format.is_batches() {
         let mut rows = Vec::new();
-        for b in read_ipc(path)? {
+        for b in read_batches(path, format)? {
             rows.extend(rows_from_batch(t, &b).map_err(message)?);
         }
         return Ok(rows);
     }
-    json_lines(path)?.iter().map(|(line, v)| row_from_json(t, v, *line).map_err(message)).collect()
+    json_lines(path)?.into_iter().map(|(line, v)| row_from_json(t, &Json::Object(v), line).map_err(message)).collect()
 }
 
 fn read_ids(path: &Path) -> Result<Vec<String>, Failure> {
-    let missing =
-        |line: usize| Failure::Message(format!("{} line {line}: a delete needs a string 'id'", path.display()));
-    if is_ipc(path)? {
+    let missing = |at: String| Failure::input(format!("{}: {at}: a delete needs a string 'id'", path.display()));
+    let format = Format::of(path)?;
+    if format.is_batches() {
         let mut ids = Vec::new();
-        for b in read_ipc(path)? {
-            let col = b.column_by_name("id").ok_or_else(|| missing(1))?;
+        for b in read_batches(path, format)? {
+            let col = b.column_by_name("id").ok_or_else(|| missing("column 'id'".into()))?;
             let strings = lance::deps::arrow_array::cast::AsArray::as_string_opt::<i32>(col.as_ref())
-                .ok_or_else(|| missing(1))?;
+                .ok_or_else(|| missing("column 'id'".into()))?;
             ids.extend(strings.iter().map(|s| s.map(String::from).unwrap_or_default()));
         }
         return Ok(ids);
     }
     json_lines(path)?
         .iter()
-        .map(|(line, v)| v.get("id").and_then(Json::as_str).map(String::from).ok_or_else(|| missing(*line)))
+        .map(|(line, v)| {
+            v.get("id").and_then(Json::as_str).map(String::from).ok_or_else(|| missing(format!("line {line}")))
+        })
         .collect()
 }

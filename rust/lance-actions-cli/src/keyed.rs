@@ -1,11 +1,10 @@
-//! `keyed`: keyed tables from the command line. Create from JSON lines or Arrow IPC, strict insert,
+//! `keyed`: keyed tables from the command line. Create from JSON lines, Arrow IPC or Parquet, strict insert,
 //! upsert, update and delete by key through the commit driver, and all-branch key migration.
 //!
 //! A key conflict prints the conflicting keys and exits with [`KEY_CONFLICT_EXIT`]; nothing was
 //! written. Every other failure is one line on stderr and exit 1.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,23 +15,29 @@ use lance_actions_keyed::migrate::BranchStep;
 use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOutcome, migrate};
 use serde_json::json;
 
-use crate::{Failure, first_line};
+use crate::input::{Format, json_field_order, json_lines, open_file, read_batches};
+use crate::progress::Spinner;
+use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
+
+/// The help text of `--input`.
+pub const INPUT_HELP: &str = "The rows: JSON lines (one object per line), Arrow IPC file (.arrow) or stream \
+     (.arrows), or Parquet, told apart by their first bytes";
 
 /// Exit code of a write refused for a key conflict.
 pub const KEY_CONFLICT_EXIT: u8 = 3;
 
 #[derive(Subcommand)]
 pub enum KeyedCommand {
-    /// Create a keyed table from JSON lines or an Arrow IPC file (schema from the file).
+    /// Create a keyed table from JSON lines, Arrow IPC or Parquet (schema from the file).
     Create {
+        /// Where to create the table (a local path or an object-store URI); nothing may be there.
         uri: String,
         /// A key column; repeat for a composite key, in key order.
         #[arg(long = "key", required = true)]
         key: Vec<String>,
-        /// JSON lines, or Arrow IPC (`.arrow`/`.ipc`, or any file starting with `ARROW1`).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE", help = INPUT_HELP)]
         input: PathBuf,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Strict insert: every key must be new, or nothing is written (exit 3).
@@ -45,20 +50,21 @@ pub enum KeyedCommand {
     Delete(WriteArgs),
     /// Install a primary key on an existing table, main and every branch, then stamp it.
     Migrate {
+        #[arg(help = URI_HELP)]
         uri: String,
         /// A key column; repeat for a composite key, in key order.
         #[arg(long = "key", required = true)]
         key: Vec<String>,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
 
 #[derive(Args)]
 pub struct WriteArgs {
+    #[arg(help = URI_HELP)]
     uri: String,
-    /// JSON lines, or Arrow IPC (`.arrow`/`.ipc`, or any file starting with `ARROW1`).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", help = INPUT_HELP)]
     input: PathBuf,
     /// Write to this branch (its `branch create` name) instead of main.
     #[arg(long)]
@@ -66,7 +72,7 @@ pub struct WriteArgs {
     /// `--branch` names a physical Lance branch (as `branch list` shows it), not a logical one.
     #[arg(long, requires = "branch")]
     physical: bool,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
 }
 
@@ -102,8 +108,8 @@ pub async fn run(command: KeyedCommand) -> Result<(), Failure> {
 
 async fn create(uri: &str, key: &[String], input: &Path, as_json: bool) -> Result<(), Failure> {
     let batches = match Format::of(input)? {
-        Format::Ipc => read_ipc(input)?,
         Format::JsonLines => read_json(input, infer_json(input)?, true)?,
+        batches => read_batches(input, batches)?,
     };
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let names: Vec<&str> = key.iter().map(String::as_str).collect();
@@ -121,45 +127,42 @@ async fn write(kind: WriteKind, args: WriteArgs) -> Result<(), Failure> {
     let mut table = open_table(&args.uri, args.branch.as_deref(), args.physical).await?;
     let key = table.key().names.clone();
     let batches = read_rows(kind, &table, &args.input)?;
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let on = args.branch.as_deref().unwrap_or("main");
+    let spinner = Spinner::start(format!("{} {rows} row(s) on {on}", kind.label()), args.json);
     let result = match kind {
         WriteKind::Insert => table.insert(batches).await,
         WriteKind::Upsert => table.upsert(batches).await,
         WriteKind::Update => table.update(batches).await,
         WriteKind::Delete => table.delete(batches).await,
     };
+    drop(spinner);
     let outcome = result.map_err(|e| failure(e, &key, args.json))?;
     print_outcome(kind, &args, &outcome);
     Ok(())
 }
 
 async fn open_table(uri: &str, branch: Option<&str>, physical: bool) -> Result<KeyedTable, Failure> {
-    require_path(uri)?;
+    // Opened as every command opens a table first, so a wrong path is worded the same everywhere.
+    crate::open(uri).await?;
     let table = match branch {
         None => KeyedTable::open(uri).await,
         Some(b) if physical => KeyedTable::open_physical_branch(uri, b).await,
         Some(b) => KeyedTable::open_branch(uri, b).await,
     };
-    table.map_err(|e| Failure::Message(first_line(&e.to_string()).to_string()))
-}
-
-/// A local path that does not exist is one clear line, not Lance's object-store error.
-fn require_path(uri: &str) -> Result<(), Failure> {
-    if !uri.contains("://") && !Path::new(uri).exists() {
-        return Err(Failure::Message(format!("{uri}: no such path")));
-    }
-    Ok(())
+    table.map_err(library_failure)
 }
 
 /// The rows a write takes. JSON lines are decoded with the table's schema (a delete needs only
 /// the key columns); Arrow IPC is taken as it is and checked by the table.
 fn read_rows(kind: WriteKind, table: &KeyedTable, input: &Path) -> Result<Vec<RecordBatch>, Failure> {
     let batches = match (Format::of(input)?, kind) {
-        (Format::Ipc, _) => read_ipc(input)?,
         (Format::JsonLines, WriteKind::Delete) => read_json(input, key_schema(table)?, false)?,
         (Format::JsonLines, _) => read_json(input, table.arrow_schema().clone(), true)?,
+        (batches, _) => read_batches(input, batches)?,
     };
     if batches.iter().all(|b| b.num_rows() == 0) {
-        return Err(Failure::Message(format!("{}: no rows", input.display())));
+        return Err(Failure::input(format!("{}: no rows", input.display())));
     }
     Ok(batches)
 }
@@ -175,63 +178,24 @@ fn key_schema(table: &KeyedTable) -> Result<SchemaRef, Failure> {
             schema
                 .field_with_name(name)
                 .cloned()
-                .map_err(|_| Failure::Message(format!("the table has no key field '{name}'")))
+                .map_err(|_| Failure::new(Kind::Other, format!("the table has no key field '{name}'")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Arc::new(Schema::new(fields)))
 }
 
-enum Format {
-    Ipc,
-    JsonLines,
-}
-
-impl Format {
-    /// Arrow IPC by extension (`.arrow`, `.ipc`) or by the `ARROW1` magic; JSON lines otherwise.
-    fn of(path: &Path) -> Result<Format, Failure> {
-        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-        if matches!(ext.as_deref(), Some("arrow" | "ipc")) || starts_with_magic(path)? {
-            Ok(Format::Ipc)
-        } else {
-            Ok(Format::JsonLines)
-        }
-    }
-}
-
-fn starts_with_magic(path: &Path) -> Result<bool, Failure> {
-    let mut head = Vec::with_capacity(6);
-    open_file(path)?.take(6).read_to_end(&mut head).map_err(|e| input_error(path, e))?;
-    Ok(head == b"ARROW1")
-}
-
-fn open_file(path: &Path) -> Result<File, Failure> {
-    File::open(path).map_err(|e| input_error(path, e))
-}
-
-fn input_error(path: &Path, e: impl std::fmt::Display) -> Failure {
-    Failure::Message(format!("{}: {}", path.display(), first_line(&e.to_string())))
-}
-
-/// An Arrow IPC file; a stream (no `ARROW1` magic) is read as a stream.
-fn read_ipc(path: &Path) -> Result<Vec<RecordBatch>, Failure> {
-    let bad = |e| {
-        Failure::Message(format!("{} is not readable as Arrow IPC: {}", path.display(), first_line(&format!("{e}"))))
-    };
-    let batches: Result<Vec<_>, _> = if starts_with_magic(path)? {
-        arrow_ipc::reader::FileReader::try_new_buffered(open_file(path)?, None).map_err(bad)?.collect()
-    } else {
-        arrow_ipc::reader::StreamReader::try_new_buffered(open_file(path)?, None).map_err(bad)?.collect()
-    };
-    batches.map_err(bad)
-}
-
 /// The schema of a JSON-lines file, from all its records (integers as Int64, strings as Utf8).
 fn infer_json(path: &Path) -> Result<SchemaRef, Failure> {
+    // A malformed line is refused by the shared reader first, in the words every command uses.
+    json_lines(path)?;
     let reader = BufReader::new(open_file(path)?);
-    let (schema, _) = arrow_json::reader::infer_json_schema_from_seekable(reader, None).map_err(|e| {
-        Failure::Message(format!("{} is not JSON lines: {}", path.display(), first_line(&e.to_string())))
-    })?;
-    Ok(Arc::new(schema))
+    let (schema, _) = arrow_json::reader::infer_json_schema_from_seekable(reader, None)
+        .map_err(|e| Failure::input(format!("{} is not JSON lines: {}", path.display(), first_line(&e.to_string()))))?;
+    // Inference sorts the fields by name; the table's columns keep the file's order instead.
+    let order = json_field_order(path)?;
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    fields.sort_by_key(|f| order.iter().position(|name| name == f.name()).unwrap_or(usize::MAX));
+    Ok(Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
 }
 
 /// Decode JSON lines with `schema`. `strict`: a field the schema lacks is an error. A value that
@@ -239,7 +203,7 @@ fn infer_json(path: &Path) -> Result<SchemaRef, Failure> {
 fn read_json(path: &Path, schema: SchemaRef, strict: bool) -> Result<Vec<RecordBatch>, Failure> {
     check_json_values(path, &schema)?;
     let bad = |e: lance::deps::arrow_schema::ArrowError| {
-        Failure::Message(format!("{} does not fit the table: {}", path.display(), first_line(&e.to_string())))
+        Failure::input(format!("{} does not fit the table: {}", path.display(), first_line(&e.to_string())))
     };
     let reader = arrow_json::ReaderBuilder::new(schema.clone())
         .with_strict_mode(strict)
@@ -253,34 +217,20 @@ fn read_json(path: &Path, schema: SchemaRef, strict: bool) -> Result<Vec<RecordB
 }
 
 /// arrow-json converts what it can: `9.5` in an integer column becomes 9 and `"13"` becomes 13. A
-/// value that does not fit its column exactly is refused here instead, with its row (counted from 1,
-/// one JSON object per line) and column, before anything is written.
+/// value that does not fit its column exactly is refused here instead, with its line (counted from
+/// 1) and column, before anything is written.
 fn check_json_values(path: &Path, schema: &Schema) -> Result<(), Failure> {
-    let refuse = |row: usize, what: String| Failure::Message(format!("{}: row {row}: {what}", path.display()));
-    let mut row = 0;
-    for line in BufReader::new(open_file(path)?).lines() {
-        let line = line.map_err(|e| input_error(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        row += 1;
-        let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| refuse(row, format!("not a JSON object: {e}")))?;
-        let Some(object) = value.as_object() else {
-            return Err(refuse(row, "not a JSON object".into()));
-        };
+    for (line, object) in json_lines(path)? {
         for field in schema.fields() {
             if let Some(v) = object.get(field.name())
                 && !fits(v, field.data_type())
             {
-                return Err(refuse(
-                    row,
-                    format!(
-                        "{v} does not fit column '{}' of type {}; nothing was written",
-                        field.name(),
-                        field.data_type()
-                    ),
-                ));
+                return Err(Failure::input(format!(
+                    "{}: line {line}: {v} does not fit column '{}' of type {}; nothing was written",
+                    path.display(),
+                    field.name(),
+                    field.data_type()
+                )));
             }
         }
     }
@@ -328,6 +278,15 @@ fn fits(v: &serde_json::Value, t: &DataType) -> bool {
     }
 }
 
+/// "1 commit", "13 commits", or "nothing to commit".
+fn commits_phrase(n: usize) -> String {
+    match n {
+        0 => "nothing to commit".into(),
+        1 => "1 commit".into(),
+        n => format!("{n} commits"),
+    }
+}
+
 fn print_outcome(kind: WriteKind, args: &WriteArgs, o: &WriteOutcome) {
     let branch = args.branch.as_deref().unwrap_or("main");
     if args.json {
@@ -340,15 +299,20 @@ fn print_outcome(kind: WriteKind, args: &WriteArgs, o: &WriteOutcome) {
             })
         );
     } else {
+        // Commits are what happened to the table; attempts beyond them were re-executions after
+        // other writers landed first, worth saying only when there were some.
+        let retried = o.attempts.saturating_sub(o.commits.len());
+        let retried =
+            if retried > 0 { format!(" ({retried} re-executed after other writers landed)") } else { String::new() };
         println!(
-            "{} {} ({branch}): inserted {}, updated {}, deleted {} row(s) at v{} in {} attempt(s)",
+            "{} {} ({branch}): inserted {}, updated {}, deleted {} row(s) at v{} in {}{retried}",
             kind.label(),
             args.uri,
             o.inserted,
             o.updated,
             o.deleted,
             o.version,
-            o.attempts
+            commits_phrase(o.commits.len())
         );
     }
 }
@@ -360,7 +324,31 @@ fn failure(e: Error, key: &[String], as_json: bool) -> Failure {
             report_conflict(&keys, cause, key, as_json);
             Failure::Reported { code: KEY_CONFLICT_EXIT }
         }
-        other => Failure::Message(first_line(&other.to_string()).to_string()),
+        other => library_failure(other),
+    }
+}
+
+/// Any other library error in one line, with the kind its exit code follows.
+fn library_failure(e: Error) -> Failure {
+    let kind = match &e {
+        Error::Commit { source } => commit_kind(source),
+        Error::Contention { .. } => Kind::Retry,
+        Error::NullKey { .. } | Error::Input { .. } | Error::UnsupportedKeyType { .. } => Kind::Input,
+        Error::Branch { source: lance_actions_commit::branch_names::BranchError::NoSuchBranch { .. } } => {
+            Kind::NoSuchBranch
+        }
+        _ => Kind::Other,
+    };
+    Failure::new(kind, first_line(&e.to_string()))
+}
+
+/// A commit the driver gave up on: retry (4) when re-executing may go through, fail (5) when not.
+pub fn commit_kind(e: &lance_actions_commit::CommitError) -> Kind {
+    use lance_actions_commit::CommitError;
+    match e {
+        CommitError::Retry { .. } | CommitError::RetriesExhausted { .. } => Kind::Retry,
+        CommitError::Fail { .. } => Kind::Fail,
+        _ => Kind::Other,
     }
 }
 
@@ -374,18 +362,17 @@ fn cause_code(cause: ConflictCause) -> &'static str {
 
 /// The conflicting keys: JSON on stdout, or a small table on stderr.
 fn report_conflict(keys: &KeySample, cause: ConflictCause, key: &[String], as_json: bool) {
+    let message = conflict_message(keys, cause, key);
     if as_json {
-        println!(
-            "{}",
-            json!({
-                "error": "key_conflict", "cause": cause_code(cause), "key": key,
-                "keys": keys.first, "count": keys.count,
-                "message": format!("{} key(s) {cause}; nothing was written", keys.count),
-            })
-        );
+        // The error object every command prints, with the keys as data.
+        let error = json!({
+            "kind": "key_conflict", "message": message, "cause": cause_code(cause), "key": key,
+            "keys": keys.first, "count": keys.count,
+        });
+        println!("{}", json!({"error": error}));
         return;
     }
-    eprintln!("error: key conflict: {} key(s) {cause}; nothing was written", keys.count);
+    eprintln!("error: {message}");
     let header = key.join(", ");
     eprintln!("  {header}");
     eprintln!("  {}", "-".repeat(header.len().max(3)));
@@ -398,10 +385,29 @@ fn report_conflict(keys: &KeySample, cause: ConflictCause, key: &[String], as_js
     eprintln!("  {} conflicting key(s), cause: {cause}", keys.count);
 }
 
+/// "key 3 already present; nothing was written", naming the key column and the keys shown.
+fn conflict_message(keys: &KeySample, cause: ConflictCause, key: &[String]) -> String {
+    let column = key.join(", ");
+    let shown = keys.first.join(", ");
+    let more = if keys.count > keys.first.len() {
+        format!(" and {} more", keys.count - keys.first.len())
+    } else {
+        String::new()
+    };
+    if keys.count == 1 {
+        format!("key conflict: {column} {shown} {cause}; nothing was written")
+    } else {
+        format!("key conflict: {} keys {cause} ({column} {shown}{more}); nothing was written", keys.count)
+    }
+}
+
 async fn run_migrate(uri: &str, key: &[String], as_json: bool) -> Result<(), Failure> {
-    require_path(uri)?;
+    crate::open(uri).await?;
     let names: Vec<&str> = key.iter().map(String::as_str).collect();
-    let report = migrate(uri, &names).await.map_err(|e| Failure::Message(first_line(&e.to_string()).to_string()))?;
+    let spinner = Spinner::start(format!("migrating {uri} to key {key:?}, main and every branch"), as_json);
+    let report = migrate(uri, &names).await.map_err(library_failure);
+    drop(spinner);
+    let report = report?;
     if as_json {
         println!("{}", migration_json(uri, &report));
     } else {

@@ -40,10 +40,17 @@ async fn race(dir: &Path, first: &str, second: &str) -> (String, std::path::Path
     (uri_s, txn)
 }
 
+/// `check --json`; its exit code is the verdict's (0 ok, 4 retry, 5 fail).
 fn json_check(uri: &str, txn: &Path) -> serde_json::Value {
-    let (ok, out, err) = run(&["check", uri, "--txn", txn.to_str().expect("utf-8"), "--json"]);
-    assert!(ok, "check failed: {err}");
-    serde_json::from_str(out.trim()).expect("one JSON object")
+    let out = bin().args(["check", uri, "--txn", txn.to_str().expect("utf-8"), "--json"]).output().expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let expected = match v["verdict"].as_str() {
+        Some("ok") => 0,
+        Some("retry") => 4,
+        _ => 5,
+    };
+    assert_eq!(out.status.code(), Some(expected), "{v}");
+    v
 }
 
 #[tokio::test]
@@ -102,17 +109,6 @@ fn errors_are_one_line_and_exit_non_zero() {
     assert!(!ok);
     assert!(err.starts_with("error: ") && err.contains("not a Lance dataset"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-}
-
-#[test]
-fn matrix_json_has_every_cell() {
-    let (ok, out, _) = run(&["matrix", "--format", "json"]);
-    assert!(ok);
-    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
-    let rows = v.as_object().expect("object");
-    assert_eq!(rows.len(), 17);
-    assert!(rows.values().all(|r| r.as_object().is_some_and(|c| c.len() == 17)));
-    assert_eq!(v["Unknown"]["Append"], "F");
 }
 
 #[test]
@@ -233,10 +229,12 @@ async fn keyed_create_from_json_lines_then_strict_insert_refuses_a_present_key_w
     let (code, out, _) = run_code(&["keyed", "insert", &uri, "--input", &dup, "--json"]);
     assert_eq!(code, Some(3));
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
-    assert_eq!(v["error"], "key_conflict", "{v}");
-    assert_eq!(v["cause"], "already_present", "{v}");
-    assert_eq!(v["keys"], serde_json::json!(["3"]), "{v}");
-    assert_eq!(v["count"], 1, "{v}");
+    let e = &v["error"];
+    assert_eq!(e["kind"], "key_conflict", "{v}");
+    assert_eq!(e["cause"], "already_present", "{v}");
+    assert_eq!(e["keys"], serde_json::json!(["3"]), "{v}");
+    assert_eq!(e["count"], 1, "{v}");
+    assert_eq!(e["message"], "key conflict: id 3 already present; nothing was written", "{v}");
     assert_eq!(count_rows(&uri).await, 4, "a refused insert writes nothing");
 }
 
@@ -569,9 +567,9 @@ async fn a_conflicting_merge_exits_3_with_every_conflict_and_leaves_main_alone()
     }
     assert_eq!(open_branch(&uri, "main").await.manifest().version, theirs[1]);
 
-    // A fast-forward is refused outright (main has commits of its own): one line, exit 1.
+    // A fast-forward is refused outright (main has commits of its own): one line, exit 6.
     let (code, _, err) = run_code(&["fast-forward", &uri, "--from", "feature", "--into", "main"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(6), "{err}");
     assert!(err.starts_with("error: ") && err.contains("cannot fast-forward"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
@@ -781,7 +779,7 @@ fn keyed_create_with_a_key_named_twice_fails_and_leaves_no_table() {
 }
 
 /// arrow-json would store 9.5 as 9 and "13" as 13 in an integer key: both are refused, naming the
-/// row (counted from 1) and the column, and nothing is written.
+/// line (counted from 1) and the column, and nothing is written.
 #[tokio::test]
 async fn keyed_writes_refuse_a_value_that_does_not_fit_its_column_and_name_the_row() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -796,13 +794,13 @@ async fn keyed_writes_refuse_a_value_that_does_not_fit_its_column_and_name_the_r
         for op in ["insert", "upsert", "update"] {
             let (code, _, err) = run_code(&["keyed", op, &uri, "--input", &input]);
             assert_eq!(code, Some(1), "{op} {file}: {err}");
-            assert!(err.contains("row 2") && err.contains(shown) && err.contains("nothing was written"), "{err}");
+            assert!(err.contains("line 2") && err.contains(shown) && err.contains("nothing was written"), "{err}");
         }
     }
     let delete = jsonl(dir.path(), "delete.jsonl", &[r#"{"id": 1.5}"#]);
     let (code, _, err) = run_code(&["keyed", "delete", &uri, "--input", &delete]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("row 1"), "{err}");
+    assert!(err.contains("line 1"), "{err}");
     let ds = lance::Dataset::open(&uri).await.expect("open");
     assert_eq!(ds.manifest().version, 1, "nothing was written");
     assert_eq!(count_rows(&uri).await, 2);
@@ -1092,4 +1090,607 @@ fn output_piped_into_a_reader_that_stops_early_ends_without_a_panic() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{verb}: {err}");
     }
+}
+
+// ---- issue 15: the CLI as people meet it ----
+
+/// Parse stdout as exactly one JSON object.
+fn one_json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("one JSON object ({e}): {out:?}"))
+}
+
+#[tokio::test]
+async fn check_exits_with_its_verdict_0_ok_4_retry_5_fail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ok = dir.path().join("ok");
+    std::fs::create_dir(&ok).expect("mkdir");
+    let (uri, txn) = race(&ok, "id IN (4, 5)", "id IN (0, 1)").await;
+    let (code, out, err) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("ours:  ok"), "{out}");
+
+    let retry = dir.path().join("retry");
+    std::fs::create_dir(&retry).expect("mkdir");
+    let (uri, txn) = race(&retry, "id IN (0, 1)", "id = 1").await;
+    let (code, out, err) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(4), "{out} {err}");
+    assert!(out.contains("ours:  retry") && err.is_empty(), "a verdict is a result, not an error: {out} {err}");
+    assert!(!out.contains(".rs:"), "no Lance source location in the lance: line: {out}");
+    let (code, out, _) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(4));
+    assert_eq!(one_json(&out)["verdict"], "retry");
+
+    // A delete staged at v3, after which the table was overwritten: incompatible.
+    let fail = dir.path().join("fail");
+    std::fs::create_dir(&fail).expect("mkdir");
+    let uri = fail.join("t").to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri).await.expect("sample");
+    let staged = stage_delete(&ds, "d", "id = 3").await.expect("stage");
+    let rows = lance_actions_commit::scenario::batch(&[1, 2]).expect("batch");
+    let params = lance::dataset::WriteParams { mode: lance::dataset::WriteMode::Overwrite, ..Default::default() };
+    lance::dataset::InsertBuilder::new(ds.clone()).with_params(&params).execute(vec![rows]).await.expect("overwrite");
+    let txn = fail.join("d.txn");
+    write_txn(&staged, &txn);
+    let (code, out, err) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(5), "{out} {err}");
+    let v = one_json(&out);
+    assert_eq!(v["verdict"], "fail", "{v}");
+    assert!(!v["lance_reason"].as_str().unwrap_or("").contains(".rs:"), "{v}");
+}
+
+#[tokio::test]
+async fn check_reports_a_transaction_already_committed_with_its_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri).await.expect("sample");
+    let staged = stage_delete(&ds, "d", "id = 3").await.expect("stage");
+    let txn = dir.path().join("d.txn");
+    write_txn(&staged, &txn);
+    let landed = CommitBuilder::new(ds.clone())
+        .with_affected_rows(staged.affected_rows.clone().expect("rows"))
+        .execute(staged.txn.clone())
+        .await
+        .expect("commit");
+    let version = landed.manifest().version;
+    let (code, out, err) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("is already committed as main v{version}")), "{out}");
+    let (code, out, _) = run_code(&["check", &uri, "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(0));
+    let v = one_json(&out);
+    assert_eq!((v["verdict"].as_str(), v["committed_as"].as_u64()), (Some("committed"), Some(version)), "{v}");
+}
+
+/// `log`, `explain` and `check` read a branch by its logical name; an unknown one is named with
+/// the known ones.
+#[tokio::test]
+async fn log_explain_and_check_take_a_logical_branch_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let physical = cli_branch(&uri, "feature");
+    let row = jsonl(dir.path(), "r.jsonl", &[r#"{"id": 9, "name": "on feature"}"#]);
+    assert_eq!(run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &row]).0, Some(0));
+    let branch_head = open_branch(&uri, &physical).await.manifest().version;
+
+    let v = one_json(&run_code(&["log", &uri, "--branch", "feature", "--json"]).1);
+    assert_eq!(v["branch"], "feature", "{v}");
+    assert_eq!(v["versions"][0]["version"], branch_head, "newest first: {v}");
+    assert_eq!(v["versions"][0]["writer"], "lance-actions", "{v}");
+    let main_log = one_json(&run_code(&["log", &uri, "--json"]).1);
+    assert_eq!(main_log["versions"].as_array().map(Vec::len), Some(1), "main has only its create: {main_log}");
+
+    let (code, out, err) = run_code(&["explain", &uri, "--branch", "feature", "--version", &branch_head.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with(&format!("v{branch_head}: ")), "{out}");
+    let (code, _, err) = run_code(&["explain", &uri, "--version", &branch_head.to_string()]);
+    assert_eq!(code, Some(1), "main has no such version: {err}");
+    assert!(err.contains(&format!("version {branch_head} of main does not exist")), "{err}");
+
+    // A delete staged on the branch, checked against the branch.
+    let ds = open_branch(&uri, &physical).await;
+    let staged = stage_delete(&ds, "d", "id = 9").await.expect("stage on the branch");
+    let txn = dir.path().join("b.txn");
+    write_txn(&staged, &txn);
+    let (code, out, err) =
+        run_code(&["check", &uri, "--branch", "feature", "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert_eq!(one_json(&out)["branch"], "feature");
+
+    for verb in ["log", "explain"] {
+        let (code, out, err) = run_code(&[verb, &uri, "--branch", "featur", "--json"]);
+        assert_eq!(code, Some(1), "{verb}: {err}");
+        let v = one_json(&out);
+        assert_eq!(v["error"]["kind"], "no_such_branch", "{v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("known branches: main, feature")), "{v}");
+    }
+}
+
+/// With `--json`, every failure is one JSON object on stdout with its kind, stderr stays empty,
+/// and the exit code is the one documented for the kind; usage errors are JSON too (exit 2).
+#[test]
+fn json_errors_are_one_object_on_stdout_for_every_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().to_str().expect("utf-8");
+    let missing = dir.path().join("nope");
+    let missing = missing.to_str().expect("utf-8");
+    let txn = dir.path().join("x.txn");
+    std::fs::write(&txn, b"not a transaction").expect("write");
+    let rows = jsonl(dir.path(), "rows.jsonl", &[r#"{"id": 1}"#]);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["explain", empty],
+        vec!["log", empty],
+        vec!["check", empty, "--txn", txn.to_str().expect("utf-8")],
+        vec!["keyed", "insert", empty, "--input", &rows],
+        vec!["keyed", "migrate", empty, "--key", "id"],
+        vec!["branch", "list", empty],
+        vec!["branch", "create", empty, "x"],
+        vec!["branch", "gc", empty],
+        vec!["merge", empty, "--from", "a", "--into", "main"],
+        vec!["rebase", empty, "--branch", "a", "--onto", "main"],
+    ];
+    for args in &commands {
+        for (path, kind) in [(empty, "not_a_dataset"), (missing, "no_such_path")] {
+            let args: Vec<&str> = args.iter().map(|a| if *a == empty { path } else { a }).collect();
+            let mut with_json = args.clone();
+            with_json.push("--json");
+            let (code, out, err) = run_code(&with_json);
+            assert_eq!(code, Some(1), "{with_json:?}: {out} {err}");
+            assert!(err.is_empty(), "{with_json:?}: nothing on stderr: {err}");
+            let v = one_json(&out);
+            assert_eq!(v["error"]["kind"], kind, "{with_json:?}: {v}");
+            // The same condition in the same words, whichever command met it.
+            let expected = if kind == "not_a_dataset" {
+                format!("{path} is not a Lance dataset")
+            } else {
+                format!("{path}: no such path")
+            };
+            assert_eq!(v["error"]["message"], expected.as_str(), "{with_json:?}");
+            let (code, out, err) = run_code(&args);
+            assert_eq!(code, Some(1), "{args:?}");
+            assert!(out.is_empty() && err == format!("error: {expected}\n"), "{args:?}: {out} {err}");
+        }
+    }
+    let (code, out, err) = run_code(&["explain", "--bogus", "--json"]);
+    assert_eq!(code, Some(2), "{err}");
+    let v = one_json(&out);
+    assert_eq!(v["error"]["kind"], "usage", "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("--bogus")), "{v}");
+    let (code, out, err) = run_code(&["explain", "--bogus"]);
+    assert_eq!(code, Some(2));
+    assert!(out.is_empty() && err.contains("--bogus"), "{err}");
+    // A bad .txn file is an input error naming the file.
+    let (code, out, _) =
+        run_code(&["check", &create_sample_blocking(dir.path()), "--txn", txn.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(1));
+    let v = one_json(&out);
+    assert_eq!(v["error"]["kind"], "input", "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("x.txn is not a Lance transaction file")), "{v}");
+}
+
+/// A sample table made on a runtime of its own, for tests that are not async.
+fn create_sample_blocking(dir: &Path) -> String {
+    let uri = dir.join("sample").to_str().expect("utf-8").to_string();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(create_sample(&uri)).expect("sample");
+    uri
+}
+
+/// `--help` documents the exit codes; each command's help has text for its options.
+#[test]
+fn help_documents_the_exit_codes_and_every_option() {
+    let (code, out, _) = run_code(&["--help"]);
+    assert_eq!(code, Some(0));
+    for line in [
+        "Exit codes:",
+        "0  ok",
+        "2  usage",
+        "3  conflict",
+        "4  retry",
+        "5  fail",
+        "6  fast-forward refused",
+        "7  lost a race",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in {out}");
+    }
+    for (args, expected) in [
+        (vec!["check", "--help"], "--txn <FILE>"),
+        (vec!["check", "--help"], "--branch <BRANCH>"),
+        (vec!["merge", "--help"], "The branch that receives them"),
+        (vec!["demo", "--help"], "--dir <DIR>"),
+        (vec!["explain", "--help"], "The Lance table"),
+        (vec!["log", "--help"], "errors too"),
+    ] {
+        let (code, out, _) = run_code(&args);
+        assert_eq!(code, Some(0));
+        assert!(out.contains(expected), "{args:?}: missing {expected:?} in {out}");
+    }
+}
+
+#[test]
+fn matrix_json_holds_the_operation_and_the_action_matrix() {
+    for args in [vec!["matrix", "--format", "json"], vec!["matrix", "--json"]] {
+        let (code, out, _) = run_code(&args);
+        assert_eq!(code, Some(0));
+        let v = one_json(&out);
+        let ops = v["operations"].as_object().expect("operations");
+        assert_eq!(ops.len(), 17);
+        assert!(ops.values().all(|r| r.as_object().is_some_and(|c| c.len() == 17)));
+        assert_eq!(v["operations"]["Unknown"]["Append"], "F");
+        let actions = v["actions"].as_object().expect("actions");
+        assert!(actions.len() >= 19, "{}", actions.len());
+        assert!(actions.values().all(|r| r.as_object().is_some_and(|c| c.len() == actions.len())));
+        assert_eq!(v["legend"]["R"], "retry");
+    }
+}
+
+#[tokio::test]
+async fn explain_and_log_print_one_json_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t");
+    let uri_s = uri.to_str().expect("utf-8");
+    let ds = create_sample(uri_s).await.expect("sample");
+    let staged = stage_append(&ds, "x", &[500]).await.expect("stage");
+    CommitBuilder::new(Arc::clone(&ds)).execute(staged.txn).await.expect("commit");
+    let v = one_json(&run_code(&["explain", uri_s, "--json"]).1);
+    let versions = v["versions"].as_array().expect("versions");
+    assert_eq!(versions.len(), 4, "{v}");
+    assert_eq!(versions[3]["operation"], "Append", "{v}");
+    assert_eq!(versions[3]["source"], "lifted", "{v}");
+    let writes = versions[3]["actions"][0]["writes"].as_array().expect("writes");
+    assert!(writes.iter().any(|w| w == "fragments"), "{v}");
+    let v = one_json(&run_code(&["log", uri_s, "--json"]).1);
+    assert_eq!(v["versions"][0]["version"], 4, "newest first: {v}");
+    assert_eq!(v["versions"][0]["writer"], "lance", "{v}");
+}
+
+/// `demo --dir D` keeps its tables in D, says where each is, and runs again over its own output.
+#[test]
+fn demo_keeps_its_tables_in_dir_and_can_run_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8");
+    for _ in 0..2 {
+        let (code, out, err) = run_code(&["demo", "--dir", d]);
+        assert_eq!(code, Some(0), "{err}");
+        let tables: Vec<&str> = out.lines().filter_map(|l| l.trim().strip_prefix("table: ")).collect();
+        assert_eq!(tables.len(), 5, "{out}");
+        assert!(tables.iter().all(|t| Path::new(t).join("_versions").is_dir()), "{tables:?}");
+        assert!(!out.contains(".rs:"), "no Lance source location: {out}");
+        assert!(out.contains("after 8 commits"), "{out}");
+    }
+    let (code, out, err) = run_code(&["demo", "--dir", d, "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = one_json(&out);
+    assert_eq!(v["scenarios"].as_array().map(Vec::len), Some(4), "{v}");
+    assert_eq!(v["concurrent"]["rows"], 32, "{v}");
+    assert_eq!(v["concurrent"]["commits"].as_array().map(Vec::len), Some(8), "{v}");
+    // Something at a scenario's path that is not the demo's table is never removed.
+    let foreign = dir.path().join("other");
+    std::fs::create_dir_all(foreign.join("scenario-1")).expect("mkdir");
+    std::fs::write(foreign.join("scenario-1").join("mine.txt"), "keep").expect("write");
+    let (code, _, err) = run_code(&["demo", "--dir", foreign.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is not a table an earlier demo made"), "{err}");
+    assert!(foreign.join("scenario-1").join("mine.txt").exists());
+}
+
+/// Two branches insert key 50: the merge names the key, the branches by their logical names and
+/// versions, never a key hash; it says what would resolve it instead of "retry".
+#[tokio::test]
+async fn a_key_conflict_in_a_merge_names_the_key_and_both_branches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let physical = cli_branch(&uri, "feature");
+    let fifty = jsonl(dir.path(), "fifty.jsonl", &[r#"{"id": 50, "name": "x"}"#]);
+    assert_eq!(run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &fifty]).0, Some(0));
+    let fifty_main = jsonl(dir.path(), "fifty-main.jsonl", &[r#"{"id": 50, "name": "y"}"#]);
+    assert_eq!(run_code(&["keyed", "insert", &uri, "--input", &fifty_main]).0, Some(0));
+    let feature_v = open_branch(&uri, &physical).await.manifest().version;
+    let main_v = open_branch(&uri, "main").await.manifest().version;
+
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(3), "{out} {err}");
+    assert!(out.contains("key 50 inserted"), "{out}");
+    assert!(out.contains(&format!("feature (v{feature_v})")) && out.contains(&format!("main (v{main_v})")), "{out}");
+    assert!(!out.contains("0x") && !out.contains(&physical), "no hashes, no physical names: {out}");
+    assert!(!out.to_lowercase().contains("retry"), "{out}");
+    assert!(out.contains("resolve on 'feature'") && out.contains("then merge again"), "{out}");
+
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 3);
+    let conflicts = v["conflicts"].as_array().expect("conflicts");
+    assert!(conflicts.iter().all(|c| c["keys"] == serde_json::json!(["50"])), "{v}");
+    assert!(conflicts.iter().all(|c| !c["text"].as_str().unwrap_or("").contains("0x")), "{v}");
+    assert!(v["resolution"].as_str().is_some_and(|r| r.contains("resolve on 'feature'")), "{v}");
+}
+
+#[tokio::test]
+async fn a_refused_fast_forward_exits_6() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    append_ids(&uri, "main", &[10]).await;
+    let (code, out, err) = run_code(&["fast-forward", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(6), "{out} {err}");
+    assert!(err.contains("cannot fast-forward 'main' to 'feature'") && err.contains("merge instead"), "{err}");
+    let (code, out, _) = run_code(&["fast-forward", &uri, "--from", "feature", "--into", "main", "--json"]);
+    assert_eq!(code, Some(6));
+    assert_eq!(one_json(&out)["error"]["kind"], "not_fast_forward");
+}
+
+/// A rebase retires the old physical branch, whose files the rebased branch still reads (a rebase
+/// grafts, it does not copy): `branch list --all` shows it with its readers by logical name. Once
+/// the branch is deleted nothing reads it, and `branch gc` reclaims it; one still read is kept.
+#[tokio::test]
+async fn branch_gc_reclaims_retired_branches_nothing_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    let other = cli_branch(&uri, "other");
+    append_ids(&uri, &other, &[200]).await;
+    assert_eq!(run_code(&["merge", &uri, "--from", "other", "--into", "main"]).0, Some(0));
+    append_ids(&uri, "main", &[10]).await;
+    for branch in ["feature", "other"] {
+        let (code, _, err) = run_code(&["rebase", &uri, "--branch", branch, "--onto", "main"]);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (code, out, err) = run_code(&["branch", "list", &uri, "--all"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("retired physical branches (2)"), "{out}");
+    let line_of = |physical: &str| out.lines().find(|l| l.contains(physical)).unwrap_or("").to_string();
+    assert!(
+        line_of(&feature).contains("retired (feature, now feature.") && line_of(&feature).ends_with("read by feature"),
+        "{out}"
+    );
+    assert!(line_of(&other).contains("read by") && line_of(&other).contains("main"), "{out}");
+    let v = one_json(&run_code(&["branch", "gc", &uri, "--dry-run", "--json"]).1);
+    assert_eq!(v["reclaimed"], serde_json::json!([]), "everything retired is still read: {v}");
+
+    let (code, _, err) = run_code(&["branch", "delete", &uri, "feature"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = one_json(&run_code(&["branch", "gc", &uri, "--dry-run", "--json"]).1);
+    assert_eq!(v["reclaimed"][0]["physical"], feature.as_str(), "{v}");
+    let before = lance::Dataset::open(&uri).await.expect("open").list_branches().await.expect("list");
+    assert!(before.contains_key(&feature), "a dry run deletes nothing");
+    let (code, out, err) = run_code(&["branch", "gc", &uri]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("reclaimed 1 retired physical branch(es), kept 1 still read"), "{out}");
+    let after = lance::Dataset::open(&uri).await.expect("open").list_branches().await.expect("list");
+    assert!(!after.contains_key(&feature) && after.contains_key(&other), "{after:?}");
+    // Every branch still reads in full.
+    assert_eq!(count_where(&uri, "main", "true").await, 12);
+    let rebased = physical_of(&uri, "other").expect("other");
+    assert_eq!(count_where(&uri, &rebased, "id = 200").await, 1);
+    let (code, out, _) = run_code(&["branch", "gc", &uri]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("reclaimed 0"), "{out}");
+}
+
+/// Arrow IPC streams (`.arrows`) are read; the same malformed JSON line gets the same message from
+/// `keyed` and `graph`; a file that only looks like Parquet is refused naming the format.
+#[test]
+fn inputs_read_arrow_streams_and_word_malformed_lines_the_same_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rows = lance_actions_commit::scenario::batch(&[10, 11]).expect("batch");
+    let input = dir.path().join("rows.arrows");
+    let file = std::fs::File::create(&input).expect("create");
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(file, &rows.schema()).expect("stream writer");
+    writer.write(&rows).expect("write");
+    writer.finish().expect("finish");
+    let uri = dir.path().join("k").to_str().expect("utf-8").to_string();
+    let (code, out, err) =
+        run_code(&["keyed", "create", &uri, "--key", "id", "--input", input.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("2 row(s) at v1"), "{out}");
+
+    let bad = jsonl(dir.path(), "bad.jsonl", &[r#"{"id": 12, "v": 1, "s": "a"}"#, r#"{"id": 13,"#]);
+    let (code, _, keyed_err) = run_code(&["keyed", "insert", &uri, "--input", &bad]);
+    assert_eq!(code, Some(1), "{keyed_err}");
+    assert!(keyed_err.contains("bad.jsonl: line 2: not a JSON object"), "{keyed_err}");
+    let root = dir.path().join("g").to_str().expect("utf-8").to_string();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, r#"{"nodes": {"Person": {"properties": {"name": "string"}}}}"#).expect("write");
+    assert_eq!(run_code(&["graph", "init", &root, "--schema", schema.to_str().expect("utf-8")]).0, Some(0));
+    let (code, _, graph_err) = run_code(&["graph", "insert", &root, "--type", "Person", "--input", &bad]);
+    assert_eq!(code, Some(1), "{graph_err}");
+    assert_eq!(graph_err, keyed_err, "the same file, the same words");
+
+    let fake = dir.path().join("fake.parquet");
+    std::fs::write(&fake, b"PAR1").expect("write");
+    let (code, out, _) = run_code(&["keyed", "insert", &uri, "--input", fake.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(code, Some(1));
+    let v = one_json(&out);
+    assert_eq!(v["error"]["kind"], "input", "{v}");
+    assert!(
+        v["error"]["message"].as_str().is_some_and(|m| m.contains("fake.parquet is not readable as Parquet")),
+        "{v}"
+    );
+}
+
+/// A keyed table created from JSON lines or from Parquet (snappy-compressed, as pandas and pyarrow
+/// write it by default) has the file's columns in the file's order; rows are inserted from Parquet.
+#[tokio::test]
+async fn keyed_tables_are_created_and_written_from_parquet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // JSON lines first: the columns of the file's first record, in its order (not sorted by name).
+    let rows = jsonl(
+        dir.path(),
+        "ordered.jsonl",
+        &[r#"{"zeta": "a", "id": 1, "alpha": 2}"#, r#"{"id": 2, "zeta": "b", "beta": true, "alpha": 3}"#],
+    );
+    let ordered = dir.path().join("ordered").to_str().expect("utf-8").to_string();
+    assert_eq!(run_code(&["keyed", "create", &ordered, "--key", "id", "--input", &rows]).0, Some(0));
+    let ds = lance::Dataset::open(&ordered).await.expect("open");
+    let columns: Vec<String> = ds.schema().fields.iter().map(|f| f.name.clone()).collect();
+    assert_eq!(columns, ["zeta", "id", "alpha", "beta"], "the order the fields first appear in");
+
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    let write = |name: &str, ids: &[i64]| {
+        let rows = lance_actions_commit::scenario::batch(ids).expect("batch");
+        let path = dir.path().join(name);
+        let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&path).expect("create"), rows.schema(), Some(props))
+                .expect("writer");
+        writer.write(&rows).expect("write");
+        writer.close().expect("close");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let first = write("rows.parquet", &[1, 2, 3]);
+    // Parquet next: the file's columns in the file's order.
+    let uri = dir.path().join("k").to_str().expect("utf-8").to_string();
+    let (code, out, err) = run_code(&["keyed", "create", &uri, "--key", "id", "--input", &first]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("3 row(s) at v1"), "{out}");
+    let ds = lance::Dataset::open(&uri).await.expect("open");
+    let columns: Vec<String> = ds.schema().fields.iter().map(|f| f.name.clone()).collect();
+    let expected: Vec<String> =
+        lance_actions_commit::scenario::schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(columns, expected, "the file's column order");
+    let more = write("more.bin", &[4, 5]);
+    let (code, out, err) = run_code(&["keyed", "insert", &uri, "--input", &more]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("inserted 2"), "{out}");
+    assert_eq!(count_rows(&uri).await, 5);
+    let (code, _, err) = run_code(&["keyed", "insert", &uri, "--input", &more]);
+    assert_eq!(code, Some(3), "the same keys again are a key conflict: {err}");
+}
+
+/// Deleting a merged branch: refused, naming what reads it and the way out; `--keep-files` then
+/// deletes the name, keeps the files main reads (retired, listed by `branch list --all`, kept by
+/// `branch gc`), and the name is free again.
+#[tokio::test]
+async fn a_merged_branch_is_deleted_by_name_keeping_the_files_main_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    assert_eq!(run_code(&["merge", &uri, "--from", "feature", "--into", "main"]).0, Some(0));
+    let (code, _, err) = run_code(&["branch", "delete", &uri, "feature"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("main still read(s) its data files") && err.contains("branch delete --keep-files"), "{err}");
+
+    let (code, out, err) = run_code(&["branch", "delete", &uri, "feature", "--keep-files"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("its files stay in physical branch {feature}")), "{out}");
+    let v = one_json(&run_code(&["branch", "list", &uri, "--all", "--json"]).1);
+    assert_eq!(v["branches"], serde_json::json!([]), "the name is gone: {v}");
+    assert_eq!(v["retired"][0]["physical"], feature.as_str(), "{v}");
+    assert_eq!(v["retired"][0]["successor"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["retired"][0]["readers"], serde_json::json!(["main"]), "{v}");
+    let (code, out, _) = run_code(&["branch", "gc", &uri]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("reclaimed 0 retired physical branch(es), kept 1 still read"), "{out}");
+    assert_eq!(count_where(&uri, "main", "id = 100").await, 1, "main still reads the merged row");
+    // Nothing can be written through the old name, and the name is free for a new branch.
+    let (code, _, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no branch named 'feature'"), "{err}");
+    let again = cli_branch(&uri, "feature");
+    assert_ne!(again, feature);
+}
+
+/// A row conflict on a keyed table names the row's key, not a fragment offset.
+#[test]
+fn a_row_conflict_on_a_keyed_table_names_the_row_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    cli_branch(&uri, "feature");
+    let del = jsonl(dir.path(), "del.jsonl", &[r#"{"id": 2}"#]);
+    assert_eq!(run_code(&["keyed", "delete", &uri, "--branch", "feature", "--input", &del]).0, Some(0));
+    let upd = jsonl(dir.path(), "upd.jsonl", &[r#"{"id": 2, "name": "B"}"#]);
+    assert_eq!(run_code(&["keyed", "update", &uri, "--input", &upd]).0, Some(0));
+    let v = replay_json(&["merge", &uri, "--from", "feature", "--into", "main"], 3);
+    let c = &v["conflicts"][0];
+    assert_eq!(c["rule"], "RowsOverlap", "{v}");
+    assert_eq!(c["keys"], serde_json::json!(["2"]), "{v}");
+    assert_eq!(c["text"], "the row with key 2 deleted or rewritten on both feature (v2) and main (v2)", "{v}");
+    assert!(!c["text"].as_str().unwrap_or("").contains("offset"), "{v}");
+}
+
+/// A write of more rows than one chunk holds lands as several commits, and the summary counts
+/// commits, not attempts.
+#[test]
+fn a_multi_chunk_write_is_summarised_in_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let lines: Vec<String> = (1..=16_385).map(|i| format!(r#"{{"id": {i}, "name": "n"}}"#)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "many.jsonl", &lines);
+    let (code, out, err) = run_code(&["keyed", "upsert", &uri, "--input", &input]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("inserted 16383, updated 2, deleted 0 row(s) at v4 in 3 commits\n"), "{out}");
+    let one = jsonl(dir.path(), "one.jsonl", &[r#"{"id": 20000, "name": "n"}"#]);
+    let (_, out, _) = run_code(&["keyed", "insert", &uri, "--input", &one]);
+    assert!(out.ends_with("at v5 in 1 commit\n"), "{out}");
+}
+
+/// On a terminal a replay shows a spinner on stderr while it runs, cleared before the result; with
+/// `--json`, or piped, nothing but the result is printed. The terminal is a real pseudo-terminal
+/// from `script` (util-linux, on every Debian).
+#[tokio::test]
+async fn a_spinner_shows_on_a_terminal_only_and_never_with_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100]).await;
+    let on_a_terminal = |args: &str| {
+        let command = format!("{} {args}", env!("CARGO_BIN_EXE_lance-actions"));
+        let out = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("script (util-linux)");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let shown = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run"));
+    assert!(shown.contains("merge feature into main (dry run) ("), "the spinner: {shown:?}");
+    assert!(shown.contains("merged: merge feature into main") || shown.contains("fast-forward: merge"), "{shown:?}");
+    let json = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run --json"));
+    assert!(json.starts_with('{') && !json.contains("(dry run) ("), "{json:?}");
+    let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
+    assert_eq!(code, Some(0));
+    assert!(err.is_empty() && out.lines().count() == 1, "piped: the result only: {out:?} {err:?}");
+}
+
+/// Two rebases of the same branch at once: one wins, the other lost a race and exits 7 with the
+/// branch's logical name (never exit 1 or a physical name), whichever point the race hit.
+#[test]
+fn concurrent_rebases_of_one_branch_end_in_0_or_7() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_keyed(dir.path());
+    let physical = cli_branch(&uri, "feature");
+    let on_feature = jsonl(dir.path(), "f.jsonl", &[r#"{"id": 3, "name": "f"}"#]);
+    assert_eq!(run_code(&["keyed", "insert", &uri, "--branch", "feature", "--input", &on_feature]).0, Some(0));
+    let mut lost = 0;
+    for round in 0..6 {
+        let row = format!(r#"{{"id": {}, "name": "m"}}"#, 100 + round);
+        let on_main = jsonl(dir.path(), "m.jsonl", &[&row]);
+        assert_eq!(run_code(&["keyed", "insert", &uri, "--input", &on_main]).0, Some(0));
+        let spawn = || {
+            bin()
+                .args(["rebase", &uri, "--branch", "feature", "--onto", "main", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut won = 0;
+        for child in [a, b] {
+            let out = child.wait_with_output().expect("wait");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            match out.status.code() {
+                Some(0) => won += 1,
+                Some(7) => {
+                    lost += 1;
+                    let v = one_json(&text);
+                    assert_eq!(v["error"]["kind"], "lost_race", "{v}");
+                    let message = v["error"]["message"].as_str().unwrap_or("");
+                    assert!(message.contains("'feature'") && !message.contains("feature."), "{v}");
+                }
+                other => panic!("round {round}: exit {other:?}: {text}"),
+            }
+        }
+        assert!(won >= 1, "round {round}: one rebase wins");
+    }
+    assert_ne!(physical_of(&uri, "feature"), Some(physical), "the branch was rebased");
+    eprintln!("lost races: {lost} of 6 rounds");
 }

@@ -19,6 +19,6 @@ pub mod replay;
 
 pub use error::{Error, Result};
 pub use lance_actions_commit::retry::RetryPolicy;
-pub use names::Branches;
+pub use names::{Branches, RetiredBranch};
 pub use ops::{Outcome, ReplayOptions};
 pub use replay::{Conflict, Landed};

@@ -18,7 +18,7 @@ use lance_actions::actions::update_config::UpdateConfig;
 use lance_actions::path::ConfigMap;
 use lance_actions::retired::RETIRED_KEY;
 use lance_actions::{ActionTxn, OperationKind, Rule};
-use lance_actions_commit::branch_names::{self, NameCatalog, TOMBSTONE};
+use lance_actions_commit::branch_names::{self, NameCatalog, TOMBSTONE, retirement};
 use lance_actions_commit::{CommitError, DatasetActionsExt, hooks};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 use rand::Rng;
@@ -263,6 +263,89 @@ impl Branches {
             Err(source) => return Err(Error::Lance { what: format!("deleting branch '{logical}'"), source }),
         }
         unpin(&root, &physical, Pins::HeldByIt).await
+    }
+}
+
+/// A physical branch a rebase, squash or delete retired, kept because nothing reclaimed it yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetiredBranch {
+    pub physical: String,
+    /// The logical name it was an incarnation of, when its name says so.
+    pub logical: Option<String>,
+    /// The physical branch that replaced it (`None`: the name was deleted).
+    pub successor: Option<String>,
+    /// Branches still reading its data files or holding a graft pin on it: while any is left it
+    /// cannot be reclaimed.
+    pub readers: Vec<String>,
+}
+
+impl Branches {
+    /// Every retired physical branch still in the table, by physical name.
+    pub async fn retired(&self) -> Result<Vec<RetiredBranch>> {
+        let root = self.root().await?;
+        let names = NameCatalog::of(&root).await?.read(&root).await?;
+        let mut out = Vec::new();
+        for physical in root.list_branches().await.lance("listing branches")?.into_keys() {
+            let Some(successor) = retirement(&root, &physical).await? else { continue };
+            let logical = physical
+                .rsplit_once('.')
+                .map(|(name, _)| name.to_string())
+                .filter(|name| branch_names::is_incarnation_of(&physical, name));
+            let successor = (successor != TOMBSTONE).then_some(successor);
+            let mut readers = self.readers(&root, &physical).await?;
+            // A catalog entry not yet moved past it (a rewrite that stopped before its last step)
+            // resolves through it: deleting it would break that name.
+            for (name, _) in names.map.iter().filter(|(_, p)| **p == physical) {
+                readers.push(format!("the name '{name}'"));
+            }
+            out.push(RetiredBranch { physical, logical, successor, readers });
+        }
+        Ok(out)
+    }
+
+    /// Delete every retired physical branch nothing reads (in a dry run, only say which), and
+    /// release the graft pins each held; returns the branches reclaimed and those kept, with their
+    /// readers. Sound against a concurrent replay for the reason `delete` is: the branch is already
+    /// retired, so a replay that pins it after the readers are read sees the retirement and stops.
+    pub async fn gc(&self, dry_run: bool) -> Result<(Vec<RetiredBranch>, Vec<RetiredBranch>)> {
+        let mut root = self.root().await?;
+        let (mut reclaimed, mut kept) = (Vec::new(), Vec::new());
+        for branch in self.retired().await? {
+            if !branch.readers.is_empty() {
+                kept.push(branch);
+                continue;
+            }
+            if !dry_run {
+                match root.delete_branch(&branch.physical).await {
+                    Ok(()) => {}
+                    // Another gc or delete reclaimed it first.
+                    Err(e) if e.to_string().contains("not found") || e.to_string().contains("Not found") => {}
+                    Err(source) => {
+                        return Err(Error::Lance { what: format!("deleting branch '{}'", branch.physical), source });
+                    }
+                }
+                unpin(&root, &branch.physical, Pins::HeldByIt).await?;
+            }
+            reclaimed.push(branch);
+        }
+        Ok((reclaimed, kept))
+    }
+}
+
+impl Branches {
+    /// Delete the name `logical` but keep its physical branch, retired, while other branches read
+    /// its files (a merge grafts them, it does not copy them): the way out when `delete` is refused.
+    /// The retirement refuses every later write to it, and `gc` reclaims it once nothing reads it.
+    /// Returns the physical branch kept.
+    pub async fn delete_keeping_files(&self, logical: &str) -> Result<String> {
+        let root = self.root().await?;
+        let Some(physical) = Self::resolve_in(&root, logical).await? else {
+            return Err(Error::Main { what: "deleted".into() });
+        };
+        self.retire_for_delete(&root, logical, &physical).await?;
+        let current = self.mapped(logical).await?;
+        self.swap(logical, current.as_deref(), Some(TOMBSTONE)).await?;
+        Ok(physical)
     }
 }
 
