@@ -43,6 +43,8 @@ __all__ = [
     "migrate",
     "KeyedTable",
     "Branches",
+    "Graph",
+    "GraphMergeResult",
     "CommitReport",
     "Judgement",
     "WriteOutcome",
@@ -374,3 +376,96 @@ class Branches:
     def squash(self, name: str, from_version: int, to_version: int, dry_run: bool = False) -> ReplayResult:
         """Make ``name``'s commits ``from_version..=to_version`` one commit."""
         return _replay(_native.squash(self.uri, name, int(from_version), int(to_version), dry_run))
+
+
+@dataclass(frozen=True)
+class GraphMergeResult:
+    """What ``Graph.merge`` did (or, with ``dry_run``, would do).
+
+    Attributes
+    ----------
+    outcome : str
+        ``"fast_forward"``, ``"merged"``, ``"already_up_to_date"`` or (dry runs only)
+        ``"conflicted"``.
+    conflicts : list of dict
+        ``{"type", "id", "kind", "message"}`` per conflict.
+    base : str
+        The merge base's graph commit id.
+    commit : str or None
+        The target's new head (``None`` on a dry run or when nothing changed).
+    written : dict
+        Rows written per type.
+    """
+
+    outcome: str
+    conflicts: List[Dict[str, Any]]
+    base: str
+    commit: Optional[str]
+    written: Dict[str, int]
+
+
+class Graph:
+    """A keyed graph: one keyed table per node and edge type (key ``id``) and a graph manifest
+    published by compare-and-swap, with a three-way keyed merge between graph branches.
+
+    The schema is the JSON of ``design/graph-merge.md``: ``{"nodes": {"Person": {"properties":
+    {"name": "string"}}}, "edges": {"Knows": {"src": "Person", "dst": "Person"}}}``.
+    """
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @classmethod
+    def init(cls, root: Union[str, "os.PathLike[str]"], schema: Union[str, Dict[str, Any]]) -> "Graph":
+        """Create a graph at ``root`` (``FileExistsError`` if one is there)."""
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        return cls(_native.NativeGraph.init(os.fspath(root), text))
+
+    @classmethod
+    def open(cls, root: Union[str, "os.PathLike[str]"]) -> "Graph":
+        """Open the graph at ``root`` (``FileNotFoundError`` if there is none)."""
+        return cls(_native.NativeGraph.open(os.fspath(root)))
+
+    @property
+    def root(self) -> str:
+        """The graph's root directory."""
+        return self._native.root()
+
+    @property
+    def types(self) -> List[str]:
+        """The node and edge type names."""
+        return self._native.types()
+
+    def branch(self, name: str, from_: str = "main") -> None:
+        """Create graph branch ``name`` at ``from_``'s head."""
+        self._native.branch(name, from_)
+
+    def branches(self) -> Dict[str, str]:
+        """``{graph branch: head commit id}``."""
+        return dict(self._native.branches())
+
+    def insert(self, type_name: str, rows: Any, branch: str = "main") -> Dict[str, Any]:
+        """Strict insert of rows of one type: every id must be new (``ValueError`` otherwise);
+        constraint violations raise ``MergeConflict`` with the conflicts; nothing is written."""
+        return json.loads(self._native.insert(branch, type_name, _arrow(rows)))
+
+    def upsert(self, type_name: str, rows: Any, branch: str = "main") -> Dict[str, Any]:
+        """Insert or replace rows of one type by id."""
+        return json.loads(self._native.upsert(branch, type_name, _arrow(rows)))
+
+    def delete(self, type_name: str, ids: Iterable[str], branch: str = "main") -> Dict[str, Any]:
+        """Delete rows of one type by id."""
+        return json.loads(self._native.delete(branch, type_name, [str(i) for i in ids]))
+
+    def scan(self, type_name: str, branch: str = "main") -> pa.Table:
+        """Every row of a type on a branch, ordered by id."""
+        return self._native.scan(branch, type_name)
+
+    def merge(
+        self, source: str, into: str = "main", dry_run: bool = False, cells: bool = False, strategy: str = "fail"
+    ) -> GraphMergeResult:
+        """Three-way keyed merge of graph branch ``source`` into ``into``. ``cells`` merges an id
+        changed on both sides property by property; ``strategy`` ``"ours"``/``"theirs"``
+        resolves row conflicts. A real run that conflicts raises ``MergeConflict``."""
+        d = json.loads(self._native.merge(source, into, dry_run, cells, strategy))
+        return GraphMergeResult(d["outcome"], d["conflicts"], d["base"], d["commit"], d["written"])

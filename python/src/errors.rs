@@ -178,5 +178,10 @@ pub fn merge_conflict(py: Python<'_>, outcome: Value) -> PyErr {
     let count = outcome["conflicts"].as_array().map(Vec::len).unwrap_or(0);
     let first = outcome["conflicts"][0]["text"].as_str().unwrap_or("").to_string();
     let message = format!("{count} conflict(s), nothing of them was written: {first}");
-    raise(py, "MergeConflict", message, json!({"conflicts": outcome["conflicts"], "landed": outcome["landed"]}))
+    merge_conflict_with(py, message, outcome)
+}
+
+/// `MergeConflict` with `message`, carrying `data["conflicts"]` and `data["landed"]`.
+pub fn merge_conflict_with(py: Python<'_>, message: String, data: Value) -> PyErr {
+    raise(py, "MergeConflict", message, json!({"conflicts": data["conflicts"], "landed": data["landed"]}))
 }

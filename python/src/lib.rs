@@ -6,6 +6,7 @@
 //! interface), so neither side depends on the other's object layout.
 
 mod errors;
+mod graph;
 mod history;
 mod keyed;
 mod replay;
@@ -23,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(history::matrix, m)?)?;
     m.add_function(wrap_pyfunction!(keyed::migrate, m)?)?;
     m.add_class::<keyed::NativeKeyedTable>()?;
+    m.add_class::<graph::NativeGraph>()?;
     m.add_function(wrap_pyfunction!(replay::branch_create, m)?)?;
     m.add_function(wrap_pyfunction!(replay::branch_list, m)?)?;
     m.add_function(wrap_pyfunction!(replay::branch_delete, m)?)?;
