@@ -144,7 +144,7 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
         ),
         E::KeysNotFound { keys } => raise(py, "KeysNotFound", message, json!({"keys": keys.first, "count": keys.count})),
         E::TableExists { .. } => pyo3::exceptions::PyFileExistsError::new_err(message),
-        E::Contention { .. } => raise(py, "Retry", message, json!({"reason": message, "rule": "Contention"})),
+        E::Contention { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
         E::PartlyWritten { .. } => PyRuntimeError::new_err(message),
         E::Commit { source } => commit_error(py, source),
         E::Layer { source } => layer_error(source),

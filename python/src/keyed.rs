@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_array::ffi_stream::ArrowArrayStreamReader;
 use arrow_pyarrow::FromPyArrow;
 use lance_actions_keyed::{KeyedTable, MigrationReport, WriteOutcome, migrate::BranchStep};

