@@ -25,6 +25,8 @@ def transaction_json(txn: Any) -> Tuple[str, Optional[pa.Schema], Optional[List[
             raise ValueError(
                 f"expected a pylance Transaction (as execute_uncommitted returns), got {type(txn).__name__} without .{attr}"
             )
+    if not isinstance(txn.read_version, int) or txn.read_version < 0:
+        raise ValueError(f"the transaction's read_version must be a version number, got {txn.read_version!r}")
     op = txn.operation
     kind = type(op).__name__
     convert = _CONVERTERS.get(kind)

@@ -250,8 +250,9 @@ fn u32_list(v: &Value, key: &str) -> Result<Vec<u32>, Refusal> {
 }
 
 fn hex_bytes(hex: &str) -> Result<Vec<u8>, Refusal> {
-    if hex.len() % 2 != 0 {
-        return Err("malformed transaction: odd-length hex bytes".into());
+    // Checked first: slicing below is by byte, which only ASCII makes safe.
+    if !hex.is_ascii() || hex.len() % 2 != 0 {
+        return Err("malformed transaction: bytes must be an even number of hex digits".into());
     }
     (0..hex.len())
         .step_by(2)

@@ -102,7 +102,15 @@ def test_migrate_refuses_duplicate_keys_and_writes_nothing(tmp_path):
     assert lance.dataset(uri).version == 1
 
 
-def race_inserts(uri, writer, pool, seed, results):
+def test_any_arrow_stream_is_accepted(keyed):
+    reader = pa.RecordBatchReader.from_batches(rows([]).schema, rows(range(200, 203), 4).to_batches())
+    assert keyed.upsert(reader).inserted == 3
+    assert keyed.insert([{"id": 300, "v": 6}]).inserted == 1  # a list of row dicts, through pyarrow
+    data = read(keyed.uri)
+    assert data[201] == 4 and data[300] == 6
+
+
+def race_inserts(uri, writer, pool, seed, start, results):
     """One racing process: strict single-key inserts over the shared pool, in its own order.
     Reports ``(writer, keys won, keys lost, error or None)``; never dies silently."""
     try:
@@ -112,6 +120,7 @@ def race_inserts(uri, writer, pool, seed, results):
         order = list(pool)
         random.Random(seed).shuffle(order)
         table = la_child.KeyedTable.open(uri)
+        start.wait(timeout=120)  # every writer is up before any inserts: a real race
         won, lost = [], 0
         for key in order:
             for _ in range(20):  # contention (every attempt lost to other writers) is retried
@@ -134,8 +143,8 @@ def test_racing_processes_strict_inserts_one_winner_per_key(tmp_path):
     la.KeyedTable.create(uri, rows([-1]), key="id")
     pool, writers = list(range(24)), 4
     ctx = multiprocessing.get_context("spawn")  # the parent holds a tokio runtime: never fork it
-    results = ctx.Queue()
-    procs = [ctx.Process(target=race_inserts, args=(uri, w, pool, 1000 + w, results)) for w in range(writers)]
+    results, start = ctx.Queue(), ctx.Barrier(writers)
+    procs = [ctx.Process(target=race_inserts, args=(uri, w, pool, 1000 + w, start, results)) for w in range(writers)]
     for p in procs:
         p.start()
     outcomes = [results.get(timeout=600) for _ in procs]
@@ -150,6 +159,7 @@ def test_racing_processes_strict_inserts_one_winner_per_key(tmp_path):
             assert key not in winners, f"key {key} won twice"
             winners[key] = writer
     assert sorted(winners) == pool
+    assert sum(lost for _, _, lost, _ in outcomes) == (writers - 1) * len(pool)
     data = read(uri)  # the audit: one row per key, written by its winner
     assert sorted(data) == [-1] + pool
     assert all(data[k] == w for k, w in winners.items())
