@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pyarrow as pa
@@ -174,6 +175,40 @@ def _update_config(op: Any) -> Tuple[Dict[str, Any], None]:
     }, None
 
 
+def _micros(moment: datetime) -> int:
+    """Microseconds since the epoch, exactly (no float rounding)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+
+
+def _index(idx: Any) -> Dict[str, Any]:
+    """pylance's ``Index`` dataclass, every field (``fragment_ids`` as a list, ``created_at`` in
+    microseconds since the epoch, ``index_details`` as its type url and hex bytes)."""
+    created = idx.created_at
+    details = idx.index_details
+    return {
+        "uuid": str(idx.uuid),
+        "name": str(idx.name),
+        "fields": [int(f) for f in idx.fields],
+        "covering_fields": [int(f) for f in (idx.covering_fields or [])],
+        "dataset_version": int(idx.dataset_version),
+        "fragment_ids": None if idx.fragment_ids is None else sorted(int(i) for i in idx.fragment_ids),
+        "index_version": int(idx.index_version),
+        "created_at_micros": None if created is None else _micros(created),
+        "base_id": idx.base_id,
+        "files": None if idx.files is None else [{"path": f.path, "size_bytes": int(f.size_bytes)} for f in idx.files],
+        "index_details": None if details is None else {"type_url": details[0], "value_hex": bytes(details[1]).hex()},
+    }
+
+
+def _create_index(op: Any) -> Tuple[Dict[str, Any], None]:
+    return {
+        "new_indices": [_index(i) for i in op.new_indices],
+        "removed_indices": [_index(i) for i in op.removed_indices],
+    }, None
+
+
 _CONVERTERS: Dict[str, Callable[[Any], Tuple[Dict[str, Any], Optional[Schema]]]] = {
     "Append": _append,
     "Delete": _delete,
@@ -185,6 +220,7 @@ _CONVERTERS: Dict[str, Callable[[Any], Tuple[Dict[str, Any], Optional[Schema]]]]
     "Rewrite": _rewrite,
     "DataReplacement": _data_replacement,
     "UpdateConfig": _update_config,
+    "CreateIndex": _create_index,
 }
 
 #: The pylance operation kinds ``commit`` and ``judge`` accept.

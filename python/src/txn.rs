@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_schema::Schema as ArrowSchema;
 use lance::dataset::transaction::{DataReplacementGroup, Operation, RewriteGroup, Transaction};
 use lance_core::datatypes::{Field, Schema};
-use lance_table::format::{DataFile, Fragment};
+use lance_table::format::{DataFile, Fragment, IndexFile, IndexMetadata};
 use lance::dataset::transaction::{UpdateMap, UpdateMapEntry, UpdateMode, UpdatedFragmentOffsets};
 use roaring::RoaringBitmap;
 use serde_json::Value;
@@ -85,6 +85,10 @@ fn operation(op: &Value, schema: Option<StagedSchema>) -> Result<Operation, Refu
         "Rewrite" => rewrite(op)?,
         "DataReplacement" => data_replacement(op)?,
         "UpdateConfig" => update_config(op)?,
+        "CreateIndex" => Operation::CreateIndex {
+            new_indices: indices(op, "new_indices")?,
+            removed_indices: indices(op, "removed_indices")?,
+        },
         other => return Err(format!("a {other} transaction cannot be converted to a Lance transaction yet")),
     })
 }
@@ -164,6 +168,72 @@ fn update_config(op: &Value) -> Result<Operation, Refusal> {
         schema_metadata_updates: update_map(op.get("schema_metadata_updates"))?,
         field_metadata_updates,
     })
+}
+
+fn indices(op: &Value, key: &str) -> Result<Vec<IndexMetadata>, Refusal> {
+    array(op, key)?.iter().map(index).collect()
+}
+
+/// pylance's `Index` dataclass (see `_convert._index`) as Lance's index metadata, every field.
+fn index(v: &Value) -> Result<IndexMetadata, Refusal> {
+    let uuid_text = str_field(v, "uuid")?;
+    let uuid = uuid::Uuid::parse_str(uuid_text).map_err(|_| format!("index uuid '{uuid_text}' is not a uuid"))?;
+    let name = str_field(v, "name")?.to_string();
+    let fragment_bitmap = match v.get("fragment_ids") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(u64_list(v, "fragment_ids")?.into_iter().map(|id| narrow(id, "fragment id")).collect::<Result<RoaringBitmap, _>>()?),
+    };
+    let created_at = match v.get("created_at_micros").and_then(Value::as_i64) {
+        None => None,
+        Some(us) => Some(
+            chrono::DateTime::<chrono::Utc>::from_timestamp_micros(us)
+                .ok_or_else(|| format!("index '{name}' has an impossible created_at"))?,
+        ),
+    };
+    let files = match v.get("files") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(
+            array(v, "files")?
+                .iter()
+                .map(|f| Ok(IndexFile { path: str_field(f, "path")?.to_string(), size_bytes: u64_field(f, "size_bytes")? }))
+                .collect::<Result<Vec<_>, Refusal>>()?,
+        ),
+    };
+    let index_details = match v.get("index_details") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(Arc::new(prost_types::Any {
+            type_url: str_field(d, "type_url")?.to_string(),
+            value: hex_bytes(str_field(d, "value_hex")?)?,
+        })),
+    };
+    let base_id = match v.get("base_id").and_then(Value::as_u64) {
+        None => None,
+        Some(id) => Some(narrow(id, "base id")?),
+    };
+    Ok(IndexMetadata {
+        uuid,
+        fields: i32_list(v, "fields")?,
+        covering_fields: i32_list(v, "covering_fields")?,
+        name,
+        dataset_version: u64_field(v, "dataset_version")?,
+        fragment_bitmap,
+        index_details,
+        index_version: i32::try_from(u64_field(v, "index_version")?).map_err(|_| "index_version is too large".to_string())?,
+        created_at,
+        base_id,
+        files,
+    })
+}
+
+fn narrow(x: u64, what: &str) -> Result<u32, Refusal> {
+    u32::try_from(x).map_err(|_| format!("{what} {x} is too large"))
+}
+
+fn i32_list(v: &Value, key: &str) -> Result<Vec<i32>, Refusal> {
+    u64_list(v, key)?
+        .into_iter()
+        .map(|x| i32::try_from(x).map_err(|_| format!("malformed transaction: {key} holds {x}, too large for a field id")))
+        .collect()
 }
 
 /// `{"updates": {key: value | null}, "replace": bool}` (pylance's `LanceOperation.UpdateMap`).

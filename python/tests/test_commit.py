@@ -1,6 +1,7 @@
 """la.commit / la.judge on transactions staged by pylance 14.0.2, read back by pylance."""
 
 import os
+import shutil
 
 import lance
 import pyarrow as pa
@@ -139,6 +140,24 @@ def test_restore_and_update_config(table):
     cfg = LanceOperation.UpdateConfig(config_updates=LanceOperation.UpdateMap({"owner": "tests"}))
     assert la.commit(table, lance.Transaction(read_version=3, operation=cfg)).version == 4
     assert lance.dataset(table).config()["owner"] == "tests"
+
+
+def test_create_index_staged_by_pylance_on_a_twin_table(table, tmp_path):
+    """pylance builds a BTree index on one table; its CreateIndex transaction (read back) is
+    committed through la.commit on an identical twin, whose index pylance then lists and uses."""
+    twin = str(tmp_path / "twin.lance")
+    shutil.copytree(table, twin)
+    ds = lance.dataset(table)
+    ds.create_scalar_index("id", "BTREE")
+    txn = lance.dataset(table).read_transaction(2)
+    assert type(txn.operation).__name__ == "CreateIndex"
+    index = txn.operation.new_indices[0]
+    shutil.copytree(os.path.join(table, "_indices", index.uuid), os.path.join(twin, "_indices", index.uuid))
+    assert la.commit(twin, txn).version == 2
+    built = lance.dataset(twin)
+    assert [(i.name, i.num_rows_indexed) for i in built.describe_indices()] == [(index.name, 1000)]
+    assert built.to_table(filter="id = 5").column("v").to_pylist() == [0]
+    assert "ScalarIndexQuery" in built.scanner(filter="id = 5").explain_plan()
 
 
 def test_judge_gives_both_verdicts_and_writes_nothing(table):
