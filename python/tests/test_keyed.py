@@ -163,3 +163,33 @@ def test_racing_processes_strict_inserts_one_winner_per_key(tmp_path):
     data = read(uri)  # the audit: one row per key, written by its winner
     assert sorted(data) == [-1] + pool
     assert all(data[k] == w for k, w in winners.items())
+
+
+def test_keyed_write_on_a_branch_then_merge_into_main(keyed):
+    branches = la.Branches(keyed.uri)
+    branches.create("dev", from_="main")
+    dev = la.KeyedTable.open(keyed.uri, branch="dev")
+    dev.insert(rows([77], 7))
+    assert 77 not in read(keyed.uri)  # main untouched
+    main = la.KeyedTable.open(keyed.uri)
+    main.insert(rows([88], 8))
+    r = branches.merge("dev", into="main")
+    assert r.outcome == "merged"
+    data = read(keyed.uri)
+    assert data[77] == 7 and data[88] == 8 and len(data) == 12
+    # The key stays fenced after the merge: 77 is present on main now.
+    with pytest.raises(la.KeyConflict) as err:
+        la.KeyedTable.open(keyed.uri).insert(rows([77]))
+    assert err.value.cause == "already_present"
+
+
+def test_a_branch_inserting_a_key_main_also_inserted_does_not_merge(keyed):
+    branches = la.Branches(keyed.uri)
+    branches.create("dev", from_="main")
+    la.KeyedTable.open(keyed.uri, branch="dev").insert(rows([55], 1))
+    la.KeyedTable.open(keyed.uri).insert(rows([55], 2))
+    with pytest.raises(la.MergeConflict) as err:
+        branches.merge("dev", into="main")
+    assert any("55" in c["keys"] for c in err.value.conflicts), err.value.conflicts
+    assert {c["rule"] for c in err.value.conflicts} <= {"KeysIntersect", "KeysPresent"}
+    assert read(keyed.uri)[55] == 2
