@@ -117,9 +117,7 @@ pub fn lance_error(message: String, source: &lance::Error) -> PyErr {
         lance::Error::InvalidInput { .. }
         | lance::Error::InvalidRef { .. }
         | lance::Error::RefNotFound { .. }
-        | lance::Error::VersionNotFound { .. } => {
-            PyValueError::new_err(message)
-        }
+        | lance::Error::VersionNotFound { .. } => PyValueError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }
 }
@@ -142,7 +140,9 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
             message,
             json!({"keys": keys.first, "count": keys.count, "cause": cause_name(cause)}),
         ),
-        E::KeysNotFound { keys } => raise(py, "KeysNotFound", message, json!({"keys": keys.first, "count": keys.count})),
+        E::KeysNotFound { keys } => {
+            raise(py, "KeysNotFound", message, json!({"keys": keys.first, "count": keys.count}))
+        }
         E::TableExists { .. } => pyo3::exceptions::PyFileExistsError::new_err(message),
         E::Contention { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
         E::PartlyWritten { .. } => PyRuntimeError::new_err(message),

@@ -86,20 +86,23 @@ impl NativeGraph {
     fn insert(&self, py: Python<'_>, branch: String, type_name: String, data: &Bound<'_, PyAny>) -> PyResult<String> {
         let rows = self.rows(&type_name, data)?;
         let g = self.graph.clone();
-        let r = block_on(py, async move { g.insert(&branch, &type_name, rows).await })?.map_err(|e| graph_error(py, e))?;
+        let r =
+            block_on(py, async move { g.insert(&branch, &type_name, rows).await })?.map_err(|e| graph_error(py, e))?;
         Ok(write_json(&r))
     }
 
     fn upsert(&self, py: Python<'_>, branch: String, type_name: String, data: &Bound<'_, PyAny>) -> PyResult<String> {
         let rows = self.rows(&type_name, data)?;
         let g = self.graph.clone();
-        let r = block_on(py, async move { g.upsert(&branch, &type_name, rows).await })?.map_err(|e| graph_error(py, e))?;
+        let r =
+            block_on(py, async move { g.upsert(&branch, &type_name, rows).await })?.map_err(|e| graph_error(py, e))?;
         Ok(write_json(&r))
     }
 
     fn delete(&self, py: Python<'_>, branch: String, type_name: String, ids: Vec<String>) -> PyResult<String> {
         let g = self.graph.clone();
-        let r = block_on(py, async move { g.delete(&branch, &type_name, ids).await })?.map_err(|e| graph_error(py, e))?;
+        let r =
+            block_on(py, async move { g.delete(&branch, &type_name, ids).await })?.map_err(|e| graph_error(py, e))?;
         Ok(write_json(&r))
     }
 
@@ -115,12 +118,24 @@ impl NativeGraph {
     }
 
     #[pyo3(signature = (source, into, dry_run=false, cells=false, strategy="fail"))]
-    fn merge(&self, py: Python<'_>, source: String, into: String, dry_run: bool, cells: bool, strategy: &str) -> PyResult<String> {
+    fn merge(
+        &self,
+        py: Python<'_>,
+        source: String,
+        into: String,
+        dry_run: bool,
+        cells: bool,
+        strategy: &str,
+    ) -> PyResult<String> {
         let strategy = match strategy {
             "fail" => Strategy::Fail,
             "ours" => Strategy::Ours,
             "theirs" => Strategy::Theirs,
-            other => return Err(PyValueError::new_err(format!("strategy must be 'fail', 'ours' or 'theirs', not '{other}'"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "strategy must be 'fail', 'ours' or 'theirs', not '{other}'"
+                )));
+            }
         };
         let g = self.graph.clone();
         let opts = MergeOptions { dry_run, cells, strategy };
@@ -137,7 +152,11 @@ impl NativeGraph {
             "landed": [],
         });
         if r.outcome == Outcome::Conflicted && !dry_run {
-            return Err(merge_conflict_with(py, user_message(&lance_actions_graph::conflict::summary(&r.conflicts)), data));
+            return Err(merge_conflict_with(
+                py,
+                user_message(&lance_actions_graph::conflict::summary(&r.conflicts)),
+                data,
+            ));
         }
         Ok(data.to_string())
     }

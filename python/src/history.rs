@@ -15,7 +15,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 
-use crate::errors::{commit_error, layer_error, lance_error, reason_json, user_message, verdict_json};
+use crate::errors::{commit_error, lance_error, layer_error, reason_json, user_message, verdict_json};
 use crate::runtime::block_on;
 use crate::txn::{StagedSchema, transaction};
 
@@ -40,7 +40,10 @@ impl Failure {
 }
 
 async fn open_latest(uri: &str) -> Result<Arc<Dataset>, Failure> {
-    Dataset::open(uri).await.map(Arc::new).map_err(|e| Failure::Lance(format!("{uri} cannot be opened as a Lance dataset"), e))
+    Dataset::open(uri)
+        .await
+        .map(Arc::new)
+        .map_err(|e| Failure::Lance(format!("{uri} cannot be opened as a Lance dataset"), e))
 }
 
 /// The staged transaction, its dataset at the latest version and at the read version, and the
@@ -64,10 +67,19 @@ async fn stage(uri: &str, txn: Transaction) -> Result<Staged, Failure> {
         latest.clone()
     } else {
         let version = txn.read_version;
-        Arc::new(latest.checkout_version(version).await.map_err(|e| Failure::Lance(format!("opening version {version} of {uri}"), e))?)
+        Arc::new(
+            latest
+                .checkout_version(version)
+                .await
+                .map_err(|e| Failure::Lance(format!("opening version {version} of {uri}"), e))?,
+        )
     };
     // A transaction staged on version 0 creates the table: no rows of it existed before.
-    let affected = if txn.read_version == 0 { None } else { derive_affected_rows(&at_read, &txn).await.map_err(Failure::Layer)? };
+    let affected = if txn.read_version == 0 {
+        None
+    } else {
+        derive_affected_rows(&at_read, &txn).await.map_err(Failure::Layer)?
+    };
     Ok(Staged { txn, latest, affected })
 }
 
@@ -200,7 +212,9 @@ async fn explain_version(ds: &Dataset, v: u64) -> Value {
             "source": source,
             "actions": actions.actions.iter().map(action_json).collect::<Vec<_>>(),
         }),
-        Err(e) => json!({"version": v, "operation": txn.operation.to_string(), "error": format!("action list unreadable: {e}")}),
+        Err(e) => {
+            json!({"version": v, "operation": txn.operation.to_string(), "error": format!("action list unreadable: {e}")})
+        }
     }
 }
 
@@ -238,7 +252,9 @@ async fn log_version(ds: &Dataset, v: u64) -> Value {
         props.get(lance_actions_commit::commit::HISTORY_KEY).map(|h| h.lines().collect()).unwrap_or_default();
     let other: serde_json::Map<String, Value> = props
         .iter()
-        .filter(|(k, _)| k.as_str() != lance_actions::codec::PROPERTY_KEY && k.as_str() != lance_actions_commit::commit::HISTORY_KEY)
+        .filter(|(k, _)| {
+            k.as_str() != lance_actions::codec::PROPERTY_KEY && k.as_str() != lance_actions_commit::commit::HISTORY_KEY
+        })
         .map(|(k, val)| (k.clone(), Value::from(val.clone())))
         .collect();
     let actions: Value = match actions_of(&txn) {

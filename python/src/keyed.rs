@@ -2,8 +2,8 @@
 
 use std::sync::Mutex;
 
-use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_array::ffi_stream::ArrowArrayStreamReader;
+use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_pyarrow::FromPyArrow;
 use lance_actions_keyed::{KeyedTable, MigrationReport, WriteOutcome, migrate::BranchStep};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -57,7 +57,10 @@ enum Write {
 
 impl NativeKeyedTable {
     fn current(&self) -> PyResult<KeyedTable> {
-        self.table.lock().map(|t| t.clone()).map_err(|_| PyRuntimeError::new_err("the table handle is poisoned by an earlier failure"))
+        self.table
+            .lock()
+            .map(|t| t.clone())
+            .map_err(|_| PyRuntimeError::new_err("the table handle is poisoned by an earlier failure"))
     }
 
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, how: Write) -> PyResult<String> {
@@ -163,4 +166,3 @@ pub fn migrate(py: Python<'_>, uri: String, key: Vec<String>) -> PyResult<String
     let report = block_on(py, work)?.map_err(|e| keyed_error(py, e))?;
     Ok(migration_json(&report))
 }
-

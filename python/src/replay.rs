@@ -39,7 +39,9 @@ fn outcome_json(o: &Outcome) -> Value {
         | Outcome::Squashed { old_physical, new_physical, landed } => {
             (landed, &[], Vec::new(), Some(old_physical), Some(new_physical))
         }
-        Outcome::Conflicted { conflicts, landed } => (landed, &[], conflicts.iter().map(conflict_json).collect(), None, None),
+        Outcome::Conflicted { conflicts, landed } => {
+            (landed, &[], conflicts.iter().map(conflict_json).collect(), None, None)
+        }
     };
     json!({
         "outcome": o.name(),
@@ -66,7 +68,13 @@ where
 
 #[pyfunction]
 #[pyo3(signature = (uri, name, from_, version=None))]
-pub fn branch_create(py: Python<'_>, uri: String, name: String, from_: String, version: Option<u64>) -> PyResult<String> {
+pub fn branch_create(
+    py: Python<'_>,
+    uri: String,
+    name: String,
+    from_: String,
+    version: Option<u64>,
+) -> PyResult<String> {
     let work = async move { Branches::new(&uri).create(&name, &from_, version).await };
     block_on(py, work)?.map_err(|e| replay_error(py, e))
 }
@@ -86,7 +94,14 @@ pub fn branch_delete(py: Python<'_>, uri: String, name: String) -> PyResult<()> 
 
 #[pyfunction]
 #[pyo3(signature = (uri, from_, into, dry_run=false, fast_forward_only=false))]
-pub fn merge(py: Python<'_>, uri: String, from_: String, into: String, dry_run: bool, fast_forward_only: bool) -> PyResult<String> {
+pub fn merge(
+    py: Python<'_>,
+    uri: String,
+    from_: String,
+    into: String,
+    dry_run: bool,
+    fast_forward_only: bool,
+) -> PyResult<String> {
     let work = async move {
         let branches = Branches::new(&uri);
         if fast_forward_only {
@@ -100,7 +115,14 @@ pub fn merge(py: Python<'_>, uri: String, from_: String, into: String, dry_run: 
 
 #[pyfunction]
 #[pyo3(signature = (uri, from_, versions, onto, dry_run=false))]
-pub fn cherry_pick(py: Python<'_>, uri: String, from_: String, versions: Vec<u64>, onto: String, dry_run: bool) -> PyResult<String> {
+pub fn cherry_pick(
+    py: Python<'_>,
+    uri: String,
+    from_: String,
+    versions: Vec<u64>,
+    onto: String,
+    dry_run: bool,
+) -> PyResult<String> {
     let work = async move { Branches::new(&uri).cherry_pick(&from_, &versions, &onto, &options(dry_run)).await };
     replay(py, dry_run, work)
 }
@@ -114,7 +136,14 @@ pub fn rebase(py: Python<'_>, uri: String, branch: String, onto: String, dry_run
 
 #[pyfunction]
 #[pyo3(signature = (uri, branch, from_version, to_version, dry_run=false))]
-pub fn squash(py: Python<'_>, uri: String, branch: String, from_version: u64, to_version: u64, dry_run: bool) -> PyResult<String> {
+pub fn squash(
+    py: Python<'_>,
+    uri: String,
+    branch: String,
+    from_version: u64,
+    to_version: u64,
+    dry_run: bool,
+) -> PyResult<String> {
     let work = async move { Branches::new(&uri).squash(&branch, from_version, to_version, &options(dry_run)).await };
     replay(py, dry_run, work)
 }

@@ -12,9 +12,8 @@ use pyo3::prelude::*;
 static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
 
 fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
-    let built = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())
-    });
+    let built = RUNTIME
+        .get_or_init(|| tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string()));
     built.as_ref().map_err(|e| PyRuntimeError::new_err(format!("cannot start the async runtime: {e}")))
 }
 

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use arrow_schema::Schema as ArrowSchema;
 use lance::dataset::transaction::{DataReplacementGroup, Operation, RewriteGroup, Transaction};
+use lance::dataset::transaction::{UpdateMap, UpdateMapEntry, UpdateMode, UpdatedFragmentOffsets};
 use lance_core::datatypes::{Field, Schema};
 use lance_table::format::{DataFile, Fragment, IndexFile, IndexMetadata};
-use lance::dataset::transaction::{UpdateMap, UpdateMapEntry, UpdateMode, UpdatedFragmentOffsets};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
@@ -105,7 +105,8 @@ fn update(op: &Value) -> Result<Operation, Refusal> {
         Some(Value::Object(map)) => {
             let mut out = HashMap::new();
             for (id, hex) in map {
-                let id: u64 = id.parse().map_err(|_| format!("updated_fragment_offsets: '{id}' is not a fragment id"))?;
+                let id: u64 =
+                    id.parse().map_err(|_| format!("updated_fragment_offsets: '{id}' is not a fragment id"))?;
                 let bytes = hex_bytes(hex.as_str().unwrap_or(""))?;
                 let bitmap = RoaringBitmap::deserialize_from(bytes.as_slice())
                     .map_err(|e| format!("updated_fragment_offsets of fragment {id} is not a roaring bitmap: {e}"))?;
@@ -135,7 +136,12 @@ fn rewrite(op: &Value) -> Result<Operation, Refusal> {
     }
     let groups = array(op, "groups")?
         .iter()
-        .map(|g| Ok(RewriteGroup { old_fragments: fragments(g, "old_fragments")?, new_fragments: fragments(g, "new_fragments")? }))
+        .map(|g| {
+            Ok(RewriteGroup {
+                old_fragments: fragments(g, "old_fragments")?,
+                new_fragments: fragments(g, "new_fragments")?,
+            })
+        })
         .collect::<Result<Vec<_>, Refusal>>()?;
     Ok(Operation::Rewrite { groups, rewritten_indices: Vec::new(), frag_reuse_index: None })
 }
@@ -181,7 +187,12 @@ fn index(v: &Value) -> Result<IndexMetadata, Refusal> {
     let name = str_field(v, "name")?.to_string();
     let fragment_bitmap = match v.get("fragment_ids") {
         None | Some(Value::Null) => None,
-        Some(_) => Some(u64_list(v, "fragment_ids")?.into_iter().map(|id| narrow(id, "fragment id")).collect::<Result<RoaringBitmap, _>>()?),
+        Some(_) => Some(
+            u64_list(v, "fragment_ids")?
+                .into_iter()
+                .map(|id| narrow(id, "fragment id"))
+                .collect::<Result<RoaringBitmap, _>>()?,
+        ),
     };
     let created_at = match v.get("created_at_micros").and_then(Value::as_i64) {
         None => None,
@@ -195,7 +206,9 @@ fn index(v: &Value) -> Result<IndexMetadata, Refusal> {
         Some(_) => Some(
             array(v, "files")?
                 .iter()
-                .map(|f| Ok(IndexFile { path: str_field(f, "path")?.to_string(), size_bytes: u64_field(f, "size_bytes")? }))
+                .map(|f| {
+                    Ok(IndexFile { path: str_field(f, "path")?.to_string(), size_bytes: u64_field(f, "size_bytes")? })
+                })
                 .collect::<Result<Vec<_>, Refusal>>()?,
         ),
     };
@@ -218,7 +231,8 @@ fn index(v: &Value) -> Result<IndexMetadata, Refusal> {
         dataset_version: u64_field(v, "dataset_version")?,
         fragment_bitmap,
         index_details,
-        index_version: i32::try_from(u64_field(v, "index_version")?).map_err(|_| "index_version is too large".to_string())?,
+        index_version: i32::try_from(u64_field(v, "index_version")?)
+            .map_err(|_| "index_version is too large".to_string())?,
         created_at,
         base_id,
         files,
@@ -232,7 +246,9 @@ fn narrow(x: u64, what: &str) -> Result<u32, Refusal> {
 fn i32_list(v: &Value, key: &str) -> Result<Vec<i32>, Refusal> {
     u64_list(v, key)?
         .into_iter()
-        .map(|x| i32::try_from(x).map_err(|_| format!("malformed transaction: {key} holds {x}, too large for a field id")))
+        .map(|x| {
+            i32::try_from(x).map_err(|_| format!("malformed transaction: {key} holds {x}, too large for a field id"))
+        })
         .collect()
 }
 
@@ -281,7 +297,8 @@ fn fragments(v: &Value, key: &str) -> Result<Vec<Fragment>, Refusal> {
     array(v, key)?
         .iter()
         .map(|f| {
-            Fragment::from_json(&f.to_string()).map_err(|e| format!("{key}: malformed fragment: {}", crate::errors::user_message(&e.to_string())))
+            Fragment::from_json(&f.to_string())
+                .map_err(|e| format!("{key}: malformed fragment: {}", crate::errors::user_message(&e.to_string())))
         })
         .collect()
 }
@@ -298,7 +315,9 @@ fn str_field<'a>(v: &'a Value, key: &str) -> Result<&'a str, Refusal> {
 }
 
 fn u64_field(v: &Value, key: &str) -> Result<u64, Refusal> {
-    v.get(key).and_then(Value::as_u64).ok_or_else(|| format!("malformed transaction: {key} must be a non-negative integer"))
+    v.get(key)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("malformed transaction: {key} must be a non-negative integer"))
 }
 
 fn bool_field(v: &Value, key: &str) -> Result<bool, Refusal> {
@@ -315,7 +334,9 @@ fn u64_list(v: &Value, key: &str) -> Result<Vec<u64>, Refusal> {
 fn u32_list(v: &Value, key: &str) -> Result<Vec<u32>, Refusal> {
     u64_list(v, key)?
         .into_iter()
-        .map(|x| u32::try_from(x).map_err(|_| format!("malformed transaction: {key} holds {x}, too large for a field id")))
+        .map(|x| {
+            u32::try_from(x).map_err(|_| format!("malformed transaction: {key} holds {x}, too large for a field id"))
+        })
         .collect()
 }
 
@@ -326,6 +347,8 @@ fn hex_bytes(hex: &str) -> Result<Vec<u8>, Refusal> {
     }
     (0..hex.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| "malformed transaction: bytes are not hex".to_string()))
+        .map(|i| {
+            u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| "malformed transaction: bytes are not hex".to_string())
+        })
         .collect()
 }
