@@ -27,29 +27,46 @@ fn conflict_json(c: &Conflict) -> Value {
     v
 }
 
-/// `{"outcome", "landed", "skipped", "conflicts", "old_physical", "new_physical"}`.
-fn outcome_json(o: &Outcome) -> Value {
-    let empty: &[Landed] = &[];
-    let (landed, skipped, conflicts, old, new): (&[Landed], &[u64], Vec<Value>, Option<&str>, Option<&str>) = match o {
-        Outcome::AlreadyUpToDate { skipped } => (empty, skipped, Vec::new(), None, None),
+/// The parts every outcome is reported with (absent ones empty).
+#[derive(Default)]
+struct Parts<'a> {
+    landed: &'a [Landed],
+    skipped: &'a [u64],
+    conflicts: Vec<Value>,
+    old_physical: Option<&'a str>,
+    new_physical: Option<&'a str>,
+}
+
+fn parts(o: &Outcome) -> Parts<'_> {
+    match o {
+        Outcome::AlreadyUpToDate { skipped } => Parts { skipped, ..Parts::default() },
         Outcome::FastForward { landed, skipped }
         | Outcome::Merged { landed, skipped }
-        | Outcome::CherryPicked { landed, skipped } => (landed, skipped, Vec::new(), None, None),
+        | Outcome::CherryPicked { landed, skipped } => Parts { landed, skipped, ..Parts::default() },
         Outcome::Rebased { old_physical, new_physical, landed }
-        | Outcome::Squashed { old_physical, new_physical, landed } => {
-            (landed, &[], Vec::new(), Some(old_physical), Some(new_physical))
-        }
+        | Outcome::Squashed { old_physical, new_physical, landed } => Parts {
+            landed,
+            old_physical: Some(old_physical),
+            // A dry run names no fresh branch yet (empty): reported as none.
+            new_physical: Some(new_physical.as_str()).filter(|n| !n.is_empty()),
+            ..Parts::default()
+        },
         Outcome::Conflicted { conflicts, landed } => {
-            (landed, &[], conflicts.iter().map(conflict_json).collect(), None, None)
+            Parts { landed, conflicts: conflicts.iter().map(conflict_json).collect(), ..Parts::default() }
         }
-    };
+    }
+}
+
+/// `{"outcome", "landed", "skipped", "conflicts", "old_physical", "new_physical"}`.
+fn outcome_json(o: &Outcome) -> Value {
+    let p = parts(o);
     json!({
         "outcome": o.name(),
-        "landed": landed_json(landed),
-        "skipped": skipped,
-        "conflicts": conflicts,
-        "old_physical": old,
-        "new_physical": new.filter(|n| !n.is_empty()),
+        "landed": landed_json(p.landed),
+        "skipped": p.skipped,
+        "conflicts": p.conflicts,
+        "old_physical": p.old_physical,
+        "new_physical": p.new_physical,
     })
 }
 

@@ -342,7 +342,7 @@ fn u32_list(v: &Value, key: &str) -> Result<Vec<u32>, Refusal> {
 
 fn hex_bytes(hex: &str) -> Result<Vec<u8>, Refusal> {
     // Checked first: slicing below is by byte, which only ASCII makes safe.
-    if !hex.is_ascii() || hex.len() % 2 != 0 {
+    if !hex.is_ascii() || !hex.len().is_multiple_of(2) {
         return Err("malformed transaction: bytes must be an even number of hex digits".into());
     }
     (0..hex.len())
