@@ -3,10 +3,11 @@
 # concurrency and fault, CLI and pylance-interop tests. Ends with one line totalling every test binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Incremental caches only speed up edit-rebuild loops; a one-shot run would pay gigabytes of disk for them.
+# Set before setup.sh, whose extension build then shares the workspace crates' artifacts.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 ./scripts/setup.sh
 export LANCE_ACTIONS_PYTHON="$PWD/python/.venv/bin/python"
-# Incremental caches only speed up edit-rebuild loops; a one-shot run would pay gigabytes of disk for them.
-export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # A full disk fails a build with a misleading compiler error: say how much room there is up front.
 df -h . | awk 'NR == 2 { print "disk free before the build: " $4 }'
 log="$(mktemp)"
