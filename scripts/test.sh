@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (against Lance's own resolver), commit-loop
-# concurrency and fault, CLI and pylance-interop tests. Ends with one line totalling every test binary.
+# concurrency and fault, CLI and pylance-interop tests, then the Python package's pytest suite. Ends with
+# one line totalling every test binary and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Incremental caches only speed up edit-rebuild loops; a one-shot run would pay gigabytes of disk for them.
