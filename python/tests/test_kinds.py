@@ -77,6 +77,22 @@ def test_pylance_transaction_committed_on_a_twin_reads_the_same(name, table, tmp
     assert type(landed.read_transaction(report.version).operation).__name__ == kind
 
 
+def test_data_replacement_of_a_column_written_with_pylance(table):
+    from lance.file import LanceFileWriter
+    from lance.fragment import DataFile
+
+    with LanceFileWriter(os.path.join(table, "data", "replacement-v.lance")) as writer:
+        writer.write_batch(pa.table({"v": pa.array([9] * 1000, pa.int64())}))
+    ds = lance.dataset(table)
+    new_file = DataFile.create(ds, "replacement-v.lance")
+    op = LanceOperation.DataReplacement([LanceOperation.DataReplacementGroup(0, new_file)])
+    assert la.judge(table, lance.Transaction(read_version=1, operation=op)).verdict == "ok"
+    assert la.commit(table, lance.Transaction(read_version=1, operation=op)).version == 2
+    t = lance.dataset(table).to_table()
+    assert t.num_rows == 1000 and set(t.column("v").to_pylist()) == {9}
+    assert t.column("id").to_pylist() == list(range(1000))
+
+
 def test_kinds_not_converted_are_refused_by_name(table):
     assert set(la.SUPPORTED_KINDS) >= {"Append", "Delete", "Update", "Overwrite", "CreateIndex"}
     overlay = LanceOperation.DataOverlay([])
