@@ -31,6 +31,10 @@ def transaction_json(txn: Any) -> Tuple[str, Optional[pa.Schema], Optional[List[
     op = txn.operation
     kind = type(op).__name__
     convert = _CONVERTERS.get(kind)
+    if kind == "BaseOperation":
+        # pylance reads a kind it has no Python class for (ReserveFragments, UpdateMemWalState,
+        # UpdateBases) back as the bare base class: nothing of it can be recovered.
+        raise ValueError("this transaction's operation has no Python form in pylance (ReserveFragments, UpdateMemWalState or UpdateBases): it cannot be committed")
     if convert is None:
         raise ValueError(f"a {kind} transaction cannot be committed through lance_actions yet")
     body, schema = convert(op)

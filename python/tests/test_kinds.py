@@ -98,4 +98,9 @@ def test_kinds_not_converted_are_refused_by_name(table):
     overlay = LanceOperation.DataOverlay([])
     with pytest.raises(ValueError, match="DataOverlay transaction cannot be committed"):
         la.judge(table, lance.Transaction(read_version=1, operation=overlay))
-    assert lance.dataset(table).version == 1
+    three_small_fragments(table)
+    lance.dataset(table).optimize.compact_files()  # reserves fragment ids at v5, rewrites at v6
+    reserve = lance.dataset(table).read_transaction(5)
+    with pytest.raises(ValueError, match="no Python form in pylance"):
+        la.commit(table, reserve)
+    assert lance.dataset(table).version == 6
