@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the build needs when it is missing: protoc (Lance's build compiles protobufs).
+# Installs what the build needs when it is missing: protoc (Lance's build compiles protobufs), and a
+# private virtualenv (python/.venv) with pylance 14.0.2, maturin and pytest; then builds and installs
+# the `lance_actions` Python package into it (dev profile, sharing the workspace's target dir).
 set -euo pipefail
 if ! command -v protoc >/dev/null 2>&1; then
   echo "installing protobuf-compiler (protoc)..."
@@ -8,11 +10,29 @@ if ! command -v protoc >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is required (https://rustup.rs)"; exit 1; }
-# pylance 14.0.2 in a private virtualenv, for the Python interop tests.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/python/.venv"
 if ! "$venv/bin/python" -c "import lance; assert lance.__version__ == '14.0.2'" >/dev/null 2>&1; then
   echo "installing pylance 14.0.2 into python/.venv..."
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "pylance==14.0.2"
+fi
+if ! "$venv/bin/python" -c "import maturin, pytest" >/dev/null 2>&1; then
+  echo "installing maturin and pytest into python/.venv..."
+  "$venv/bin/pip" install -q "maturin>=1.9,<2" "pytest>=8"
+fi
+# The extension links the same Lance build as the Rust tests: same profile, same target dir
+# (CARGO_TARGET_DIR when set, the workspace's target/ otherwise), so only the bindings compile here.
+if [ "${LANCE_ACTIONS_SKIP_PYTHON_BUILD:-}" != 1 ]; then
+  echo "building the lance_actions Python package (maturin develop, dev profile)..."
+  build_log="$(mktemp)"
+  started=$(date +%s)
+  if ! (cd "$root/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
+        "$venv/bin/maturin" develop --locked >"$build_log" 2>&1); then
+    tail -n 40 "$build_log"; rm -f "$build_log"
+    echo "maturin develop failed"; exit 1
+  fi
+  rm -f "$build_log"
+  "$venv/bin/python" -c "import lance_actions" || { echo "lance_actions did not install"; exit 1; }
+  echo "lance_actions built and installed in $(( $(date +%s) - started )) s"
 fi
