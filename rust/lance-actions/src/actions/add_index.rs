@@ -11,6 +11,7 @@ use lance_table::format::IndexMetadata;
 /// Lance's MemWAL system index; its details carry the shard generations.
 const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
 
+use super::remove_index::RemoveIndex;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::TxnContext;
 use crate::path::{FieldScope, IndexScope, ManifestPath, Mask};
@@ -38,7 +39,23 @@ impl AddIndex {
         }
     }
 
-    fn rebase_one(&mut self, peer: &PeerAction<'_>) -> Verdict {
+    /// A committed drop of a segment under our name (Lance's `check_create_index_txn`, CreateIndex
+    /// arm). An appended segment (our transaction removes nothing of its name) extends the logical
+    /// index the drop removed: Retry. A replacement is built from exactly the segments it removes,
+    /// so it races the drop only when the drop took one of those sources (a stale source identity);
+    /// a drop of a disjoint segment of the same name commutes with it.
+    fn rebase_vs_drop(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, dropped: &RemoveIndex) -> Verdict {
+        const K: ActionKind = ActionKind::AddIndex;
+        if !cx.index_edits.removes_name(&self.index.name) {
+            peer.retry(K, Rule::IndexClash, "the committed transaction dropped a segment of the index we append to")
+        } else if cx.index_edits.removes_uuid(dropped.index.uuid) {
+            peer.retry(K, Rule::IndexClash, "the committed transaction dropped a segment our replacement was built from")
+        } else {
+            Verdict::Ok
+        }
+    }
+
+    fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
         if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.index.name == MEM_WAL_INDEX_NAME {
             return Verdict::Ok;
@@ -59,12 +76,21 @@ impl AddIndex {
                 Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
                 None => Verdict::Ok,
             },
+            // An update that rewrote an indexed column in place: Lance prunes the fragment from the
+            // new index (`check_create_index_txn`, Update arm), which lands over the rest; the
+            // update's own `InvalidateIndexCoverage` names the same fragment and fields. A data
+            // replacement carries no such pruning upstream: the index must be rebuilt.
+            AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) && !rc.is_data_replacement() => {
+                self.trim([rc.fragment_id()]);
+                Verdict::Ok
+            }
             AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) => peer.retry(
                 K,
                 Rule::DataFilesChanged,
                 format!("indexed data of fragment {} was replaced", rc.fragment_id()),
             ),
-            AnyAction::AddIndex(_) | AnyAction::RemoveIndex(_) => {
+            AnyAction::RemoveIndex(dropped) => self.rebase_vs_drop(cx, peer, dropped),
+            AnyAction::AddIndex(_) => {
                 peer.retry(K, Rule::IndexClash, "the committed transaction wrote the same index or index name")
             }
             _ => Verdict::Ok,
@@ -100,8 +126,8 @@ impl Action for AddIndex {
         Ok(())
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
