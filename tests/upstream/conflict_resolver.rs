@@ -691,7 +691,6 @@ fn mem_wal_install(ds: &lance::Dataset, compacted: Vec<(u128, u64)>) -> Operatio
 }
 
 #[tokio::test]
-#[ignore = "model bug: a MemWAL index install and a Merge commute in our model (both orders Ok); Lance retries both; see tests/upstream/README.md"]
 async fn test_mem_wal_install_conflicts_with_merge() {
     let (_dir, ds) = sample().await;
     let merge = txn(&ds, metadata_merge(&ds, "merged"));
@@ -722,7 +721,6 @@ async fn test_mem_wal_install_conflicts_with_merge() {
 }
 
 #[tokio::test]
-#[ignore = "model bug: an UpdateMemWalState after a MemWAL index install that records compacted SSTables of the same shard is Ok in our model; Lance fails (lower or equal generation) or retries (higher); see tests/upstream/README.md"]
 async fn test_update_mem_wal_state_vs_create_index_with_compacted_sstables() {
     let (_dir, ds) = sample().await;
     let install = txn(&ds, mem_wal_install(&ds, vec![(7, 10)]));
@@ -1509,7 +1507,6 @@ async fn test_create_ngram_index_conflicts_with_overlapping_deferred_rewrite() {
 /// when they do not. The sample table has no stable row ids; the rewrite's old fragment is given
 /// upstream's inline row ids, as upstream does.
 #[tokio::test]
-#[ignore = "model bug: a deferred rewrite of fragments with stable row ids commits over a concurrent row-id-domain (IVF-PQ) index build; Lance retries; see tests/upstream/README.md"]
 async fn test_create_index_conflicts_with_deferred_rewrite_under_stable_row_ids() {
     use lance_table::format::{InlineRowIds, RowIdMeta};
     let (_dir, ds) = sample().await;

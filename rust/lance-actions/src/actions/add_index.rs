@@ -9,7 +9,7 @@ use crate::error::Result;
 use lance_table::format::IndexMetadata;
 
 /// Lance's MemWAL system index; its details carry the shard generations.
-const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
+pub(crate) const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
 
 use super::remove_index::RemoveIndex;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
@@ -24,6 +24,11 @@ pub struct AddIndex {
 }
 
 impl AddIndex {
+    /// An install (new segment) of Lance's MemWAL system index.
+    pub fn is_mem_wal_install(&self) -> bool {
+        self.index.name == MEM_WAL_INDEX_NAME
+    }
+
     fn covers(&self, fragment_id: u64) -> bool {
         match &self.index.fragment_bitmap {
             None => true,
@@ -57,7 +62,7 @@ impl AddIndex {
 
     fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
-        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.index.name == MEM_WAL_INDEX_NAME {
+        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.is_mem_wal_install() {
             return Verdict::Ok;
         }
         if let Some(v) = peer.baseline_verdict(K) {
@@ -89,6 +94,14 @@ impl AddIndex {
                 Rule::DataFilesChanged,
                 format!("indexed data of fragment {} was replaced", rc.fragment_id()),
             ),
+            // A MemWAL install validated its log against the table's schema and fragments, which
+            // a merge restates with new columns (Lance retries the install, `check_create_index_txn`,
+            // Merge arm).
+            AnyAction::MergeColumns(_) if self.is_mem_wal_install() => peer.retry(
+                K,
+                Rule::SchemaChanged,
+                "a merge restated the fragments and schema the MemWAL install was validated against",
+            ),
             AnyAction::RemoveIndex(dropped) => self.rebase_vs_drop(cx, peer, dropped),
             AnyAction::AddIndex(_) => {
                 peer.retry(K, Rule::IndexClash, "the committed transaction wrote the same index or index name")
@@ -105,6 +118,11 @@ impl Action for AddIndex {
 
     fn reads(&self) -> Mask {
         let mut mask = Mask::new();
+        // A MemWAL install indexes no field but depends on the table's fragment list (see the
+        // MergeColumns arm of the rebase).
+        if self.is_mem_wal_install() {
+            mask.push(ManifestPath::FragmentSet);
+        }
         for &field in &self.index.fields {
             mask.push(ManifestPath::field(field, FieldScope::Definition));
             mask.push(ManifestPath::FragmentsCoveringField { field });
