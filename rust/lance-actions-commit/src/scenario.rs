@@ -196,7 +196,25 @@ async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
             v,
             Operation::CreateIndex { new_indices: vec![], removed_indices: id_index },
         ),
+        staged(
+            OperationKind::CreateIndex,
+            "mem-wal-install-shardA-gen1",
+            v,
+            Operation::CreateIndex { new_indices: vec![mem_wal_install(v, 1, 1)?], removed_indices: vec![] },
+        ),
     ])
+}
+
+/// A MemWAL index install (Lance's system index `__lance_mem_wal`, details inline) recording shard
+/// `shard` compacted to `generation`: the shard of the `UpdateMemWalState` samples
+/// (`samples::manifest_edits`), so both sides of its generation rule meet in the pairs.
+fn mem_wal_install(version: u64, shard: u128, generation: u64) -> Result<IndexMetadata> {
+    use lance_table::system_index::mem_wal::{CompactedSsTable, MemWalIndexDetails, new_mem_wal_index_meta};
+    let details = MemWalIndexDetails {
+        compacted_sstables: vec![CompactedSsTable::new(Uuid::from_u128(shard), generation)],
+        ..Default::default()
+    };
+    new_mem_wal_index_meta(version, details).lance("building a MemWAL index install")
 }
 
 /// Operations built directly from the manifest, as their Lance writers build them.

@@ -105,6 +105,10 @@ impl Action for RewriteFragments {
         for field in fragment_fields(old) {
             mask.push(ManifestPath::IndicesCoveringField { field, scope: IndexScope::Coverage });
         }
+        // A MemWAL install indexes no field, so no field criterion meets it, and it has no coverage
+        // bitmap, which Lance's rewrite rule reads as covering every fragment: it retries a rewrite
+        // after one (`check_rewrite_txn`, CreateIndex arm). The AddIndex arm of the rebase does the same.
+        mask.push(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
         mask
     }
 
