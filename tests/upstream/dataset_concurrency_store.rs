@@ -76,7 +76,8 @@ async fn latest_of(ds: &Dataset) -> Dataset {
 async fn test_add_bases() {
     use lance_actions_commit::{CommitError, DatasetActionsExt};
     let (dir, ds) = five_row_table().await;
-    let first = txn(&ds, add_bases(vec![base(&dir, "bucket1", "bucket1", false), base(&dir, "bucket2", "bucket2", true)]));
+    let first =
+        txn(&ds, add_bases(vec![base(&dir, "bucket1", "bucket1", false), base(&dir, "bucket2", "bucket2", true)]));
     let (updated, _) = ds.action_commit().execute(first).await.expect("our commit loop adds two bases");
     let bucket = |leaf: &str| dir.path().join(leaf).to_str().expect("utf-8").to_string();
     assert_eq!(
@@ -85,10 +86,9 @@ async fn test_add_bases() {
         "both bases registered, the second as a dataset root"
     );
     let updated = Arc::new(updated);
-    for (case, clash) in [
-        ("same name", base(&dir, "bucket3", "bucket1", false)),
-        ("same path", base(&dir, "bucket1", "bucket3", false)),
-    ] {
+    for (case, clash) in
+        [("same name", base(&dir, "bucket3", "bucket1", false)), ("same path", base(&dir, "bucket1", "bucket3", false))]
+    {
         let ours = txn(&updated, add_bases(vec![clash]));
         let lance = lance::dataset::CommitBuilder::new(updated.clone()).execute(ours.clone()).await;
         assert!(lance.is_err(), "{case}: Lance refuses the clashing base");
@@ -132,8 +132,12 @@ async fn test_concurrent_add_bases_name_conflict() {
 
 #[tokio::test]
 async fn test_concurrent_add_bases_path_conflict() {
-    concurrent_base_clash("test_concurrent_add_bases_path_conflict", ("shared_path", "base1"), ("shared_path", "base2"))
-        .await;
+    concurrent_base_clash(
+        "test_concurrent_add_bases_path_conflict",
+        ("shared_path", "base1"),
+        ("shared_path", "base2"),
+    )
+    .await;
 }
 
 /// (leaf, name) of the peer's and our base.
@@ -159,8 +163,11 @@ async fn test_concurrent_add_bases_with_data_write() {
     let peer = txn(&ds, add_bases(vec![base(&dir, "bucket1", "base1", false)]));
     let batch = five_rows(5);
     let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
-    let append =
-        InsertBuilder::new(ds.clone()).with_params(&params).execute_uncommitted(vec![batch]).await.expect("stage append");
+    let append = InsertBuilder::new(ds.clone())
+        .with_params(&params)
+        .execute_uncommitted(vec![batch])
+        .await
+        .expect("stage append");
     let (j, landed) = commit_peer_then_ours(&ds, peer, append).await;
     let mut ledger = Ledger::new("test_concurrent_add_bases_with_data_write", &[], &[]);
     ledger.record("append after base addition", &j, Upstream::Compatible);

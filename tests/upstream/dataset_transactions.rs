@@ -289,7 +289,10 @@ async fn test_merge_rejects_move_with_stale_parent_id() {
         let inner = Fields::from(vec![Field::new("x", DataType::Int32, true), Field::new("y", DataType::Int32, true)]);
         let s = StructArray::new(
             inner,
-            vec![Arc::new(Int32Array::from(vec![Some(1), None, Some(3)])), Arc::new(Int32Array::from(vec![10, 20, 30]))],
+            vec![
+                Arc::new(Int32Array::from(vec![Some(1), None, Some(3)])),
+                Arc::new(Int32Array::from(vec![10, 20, 30])),
+            ],
             None,
         );
         let batch = RecordBatch::try_from_iter([("s", Arc::new(s) as Arc<dyn Array>)]).expect("batch");
@@ -307,7 +310,11 @@ async fn test_merge_rejects_move_with_stale_parent_id() {
         moved.validate().expect("the moved schema is valid on its own");
         assert_merge_refused(case, &ds, merge(&ds, moved), &["inconsistent parent ids for field id 1"]).await;
         let reopened = Dataset::open(ds.uri()).await.expect("reopen");
-        assert_eq!(reopened.scan().try_into_batch().await.expect("scan"), batch, "{case}: the data reads back as written");
+        assert_eq!(
+            reopened.scan().try_into_batch().await.expect("scan"),
+            batch,
+            "{case}: the data reads back as written"
+        );
     }
 }
 

@@ -54,7 +54,11 @@ impl AddIndex {
         if !cx.index_edits.removes_name(&self.index.name) {
             peer.retry(K, Rule::IndexClash, "the committed transaction dropped a segment of the index we append to")
         } else if cx.index_edits.removes_uuid(dropped.index.uuid) {
-            peer.retry(K, Rule::IndexClash, "the committed transaction dropped a segment our replacement was built from")
+            peer.retry(
+                K,
+                Rule::IndexClash,
+                "the committed transaction dropped a segment our replacement was built from",
+            )
         } else {
             Verdict::Ok
         }

@@ -98,3 +98,95 @@ impl RemoveIndex {
         Ok(Self { index: codec::index_from(&p.index)? })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+    use lance_core::datatypes::Schema;
+    use roaring::RoaringBitmap;
+    use uuid::Uuid;
+
+    use crate::actions::add_index::AddIndex;
+    use crate::driver::{Inputs, Peer, resolve};
+    use crate::{ActionTxn, AnyAction, NoFacts, OperationKind, TableState};
+
+    /// A segment of index `name` on field 0 (the uuid names the segment).
+    fn segment(uuid: u128, name: &str) -> lance_table::format::IndexMetadata {
+        crate::samples::index_on(Uuid::from_u128(uuid), name, 0, 1, RoaringBitmap::from_iter([0u32]))
+    }
+
+    /// A CreateIndex transaction: the segments it adds and removes.
+    fn create_index(added: &[(u128, &str)], removed: &[(u128, &str)]) -> ActionTxn {
+        let removes = removed.iter().map(|(u, n)| AnyAction::RemoveIndex(super::RemoveIndex { index: segment(*u, n) }));
+        let adds = added.iter().map(|(u, n)| AnyAction::AddIndex(AddIndex { index: segment(*u, n) }));
+        ActionTxn::new(OperationKind::CreateIndex, removes.chain(adds).collect())
+    }
+
+    fn verdict(ours: &ActionTxn, committed: ActionTxn) -> &'static str {
+        let schema =
+            Schema::try_from(&ArrowSchema::new(vec![Field::new("id", DataType::Int64, false)])).expect("schema");
+        let base = TableState::empty(schema);
+        let peers = [Peer::new(2, committed)];
+        resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts }).verdict.label()
+    }
+
+    /// Segments A (1) and B (2) of index `idx`; A' (3) and A'' (4) fresh segments of it. Lance's
+    /// `check_create_index_txn` rules, case by case (ours, committed, verdict).
+    #[test]
+    fn same_name_segments_follow_lances_create_index_rules() {
+        let cases = [
+            (
+                "replace A after a drop of B",
+                create_index(&[(3, "idx")], &[(1, "idx")]),
+                create_index(&[], &[(2, "idx")]),
+                "ok",
+            ),
+            (
+                "replace A after a drop of A",
+                create_index(&[(3, "idx")], &[(1, "idx")]),
+                create_index(&[], &[(1, "idx")]),
+                "retry",
+            ),
+            (
+                "append A' after a drop of B",
+                create_index(&[(3, "idx")], &[]),
+                create_index(&[], &[(2, "idx")]),
+                "retry",
+            ),
+            ("drop A after a drop of A", create_index(&[], &[(1, "idx")]), create_index(&[], &[(1, "idx")]), "ok"),
+            (
+                "drop A after a replacement of A",
+                create_index(&[], &[(1, "idx")]),
+                create_index(&[(4, "idx")], &[(1, "idx")]),
+                "retry",
+            ),
+            (
+                "drop B after a replacement of A",
+                create_index(&[], &[(2, "idx")]),
+                create_index(&[(4, "idx")], &[(1, "idx")]),
+                "ok",
+            ),
+            (
+                "drop A after an appended segment",
+                create_index(&[], &[(1, "idx")]),
+                create_index(&[(4, "idx")], &[]),
+                "retry",
+            ),
+            (
+                "rename A to other after a drop of A",
+                create_index(&[(3, "other")], &[(1, "idx")]),
+                create_index(&[], &[(1, "idx")]),
+                "ok",
+            ),
+            (
+                "new segments of one name on both sides",
+                create_index(&[(3, "idx")], &[]),
+                create_index(&[(4, "idx")], &[]),
+                "retry",
+            ),
+        ];
+        for (case, ours, committed, expected) in cases {
+            assert_eq!(verdict(&ours, committed), expected, "{case}");
+        }
+    }
+}

@@ -29,7 +29,11 @@ impl UpdateMemWalState {
         let details = match load_mem_wal_index_details(install.index.clone()) {
             Ok(details) => details,
             Err(e) => {
-                return peer.fail(K, Rule::MemWalGeneration, format!("the MemWAL install's details do not decode: {e}"));
+                return peer.fail(
+                    K,
+                    Rule::MemWalGeneration,
+                    format!("the MemWAL install's details do not decode: {e}"),
+                );
             }
         };
         for ours in &cx.ours.compacted_sstables {
