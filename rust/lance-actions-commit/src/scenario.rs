@@ -267,7 +267,39 @@ async fn stage_updates(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
         stage_upsert(ds, "upsert-10-new300", &[10, 300]).await?,
         stage_row_update(ds, "move-row2", 2).await?,
         stage_row_update(ds, "move-row12", 12).await?,
+        column_rewrite(ds, 1, 1),
     ])
+}
+
+/// An update in `RewriteColumns` mode (Lance's column-rewriting update shape): field `field` of
+/// fragment `i` rewritten in place into the sample file `replacement-{i}.lance` (a copy of the
+/// fragment's data file, see `provide_sample_files`, so the values read back unchanged), the
+/// original file's column of that field tombstoned.
+fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Staged {
+    use lance_table::format::overlay::TOMBSTONE_FIELD_ID;
+    let mut fragment = ds.manifest().fragments[i].clone();
+    let original = fragment.files[0].clone();
+    let only = |keep: bool| -> Vec<i32> {
+        original.fields.iter().map(|f| if (*f == field) == keep { *f } else { TOMBSTONE_FIELD_ID }).collect()
+    };
+    let mut kept = original.clone();
+    kept.fields = Arc::from(only(false));
+    let mut rewritten = original.clone();
+    rewritten.path = format!("replacement-{i}.lance");
+    rewritten.fields = Arc::from(only(true));
+    fragment.files = vec![kept, rewritten];
+    let op = Operation::Update {
+        removed_fragment_ids: vec![],
+        updated_fragments: vec![fragment],
+        new_fragments: vec![],
+        fields_modified: vec![field as u32],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: Some(lance_table::transaction::UpdateMode::RewriteColumns),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    };
+    staged(OperationKind::Update, &format!("rewrite-v-frag{i}"), ds.manifest().version, op)
 }
 
 /// An operation from a newer Lance: a transaction whose operation field this Lance does not know.
