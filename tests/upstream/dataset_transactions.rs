@@ -413,3 +413,41 @@ async fn test_read_version_transaction_on_branch() {
     assert_eq!(branch.count_rows(None).await.expect("count"), 33, "the sample's 32 rows and ours");
     assert_eq!(main.count_rows(None).await.expect("count"), 32, "main is untouched");
 }
+
+/// An index whose covering declaration (`covering_fields = [0]`) is not a suffix of its fields
+/// (`[0, 1]`) claims the keyed column is merely carried: Lance refuses it at commit ("must come
+/// last"). Through our commit loop (its action list embeds the index metadata whole) it must be
+/// refused with that reason too, nothing written, no index added.
+#[tokio::test]
+async fn test_create_index_rejects_non_suffix_covering_fields() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("i", DataType::Int32, false), Field::new("x", DataType::Int32, false)]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int32Array::from_iter_values(0..8)), Arc::new(Int32Array::from(vec![0_i32; 8]))],
+    )
+    .expect("batch");
+    let ds = write(&uri_in(&dir, "t"), batch, None).await;
+    let mut bad = lance_actions::samples::index_on(
+        uuid::Uuid::new_v4(),
+        "bad_idx",
+        0,
+        ds.manifest().version,
+        roaring::RoaringBitmap::from_iter([0u32]),
+    );
+    bad.fields = vec![0, 1];
+    bad.covering_fields = vec![0];
+    let ours = txn(&ds, Operation::CreateIndex { new_indices: vec![bad], removed_indices: vec![] });
+    let version = ds.manifest().version;
+    let err = match ds.action_commit().execute(ours).await {
+        Err(e @ (CommitError::Layer { .. } | CommitError::Fail { .. })) => e.to_string(),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("our commit loop committed a non-suffix covering declaration"),
+    };
+    assert!(err.contains("must come last"), "the refusal names Lance's reason: {err}");
+    let reopened = Dataset::open(ds.uri()).await.expect("reopen");
+    assert_eq!(reopened.manifest().version, version, "nothing was written");
+    use lance::index::DatasetIndexExt;
+    assert!(reopened.load_indices().await.expect("indices").is_empty(), "no index was added");
+}
