@@ -267,7 +267,7 @@ async fn stage_updates(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
         stage_upsert(ds, "upsert-10-new300", &[10, 300]).await?,
         stage_row_update(ds, "move-row2", 2).await?,
         stage_row_update(ds, "move-row12", 12).await?,
-        column_rewrite(ds, 1, 1),
+        column_rewrite(ds, 1, 1)?,
     ])
 }
 
@@ -275,10 +275,14 @@ async fn stage_updates(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
 /// fragment `i` rewritten in place into the sample file `replacement-{i}.lance` (a copy of the
 /// fragment's data file, see `provide_sample_files`, so the values read back unchanged), the
 /// original file's column of that field tombstoned.
-fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Staged {
+fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Result<Staged> {
     use lance_table::format::overlay::TOMBSTONE_FIELD_ID;
-    let mut fragment = ds.manifest().fragments[i].clone();
-    let original = fragment.files[0].clone();
+    let missing = || crate::error::Error::Lance {
+        what: "staging a column rewrite".into(),
+        source: lance::Error::invalid_input(format!("the table has no fragment {i} with a data file")),
+    };
+    let mut fragment = ds.manifest().fragments.get(i).cloned().ok_or_else(missing)?;
+    let original = fragment.files.first().cloned().ok_or_else(missing)?;
     let only = |keep: bool| -> Vec<i32> {
         original.fields.iter().map(|f| if (*f == field) == keep { *f } else { TOMBSTONE_FIELD_ID }).collect()
     };
@@ -299,7 +303,7 @@ fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Staged {
         inserted_rows_filter: None,
         updated_fragment_offsets: None,
     };
-    staged(OperationKind::Update, &format!("rewrite-v-frag{i}"), ds.manifest().version, op)
+    Ok(staged(OperationKind::Update, &format!("rewrite-v-frag{i}"), ds.manifest().version, op))
 }
 
 /// An operation from a newer Lance: a transaction whose operation field this Lance does not know.
