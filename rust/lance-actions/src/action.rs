@@ -27,8 +27,8 @@ impl RebaseFacts for NoFacts {
 }
 
 /// What one transaction does to indices as a whole: the segments it removes (name, uuid) and the
-/// names it creates. Lance judges two index transactions by their whole operations
-/// (`check_create_index_txn`): a segment added under a name the same transaction also removes is a
+/// names it creates. Lance judges two index transactions by their whole operations (the index
+/// rules of `design/action-model.md`): a segment added under a name the same transaction also removes is a
 /// replacement of that name's segments, one without is an appended segment, and only an appended
 /// segment races a concurrent drop of its name. So an index action's rebase consults these edits of
 /// its own transaction (`RebaseCx::index_edits`) and of the peer's (`PeerAction::index_edits`).

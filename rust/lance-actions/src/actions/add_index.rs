@@ -44,8 +44,8 @@ impl AddIndex {
         }
     }
 
-    /// A committed drop of a segment under our name (Lance's `check_create_index_txn`, CreateIndex
-    /// arm). An appended segment (our transaction removes nothing of its name) extends the logical
+    /// A committed drop of a segment under our name (the index rules of `design/action-model.md`,
+    /// as Lance judges them). An appended segment (our transaction removes nothing of its name) extends the logical
     /// index the drop removed: Retry. A replacement is built from exactly the segments it removes,
     /// so it races the drop only when the drop took one of those sources (a stale source identity);
     /// a drop of a disjoint segment of the same name commutes with it.
@@ -86,7 +86,7 @@ impl AddIndex {
                 None => Verdict::Ok,
             },
             // An update that rewrote an indexed column in place: Lance prunes the fragment from the
-            // new index (`check_create_index_txn`, Update arm), which lands over the rest; the
+            // new index, which lands over the rest; the
             // update's own `InvalidateIndexCoverage` names the same fragment and fields. A data
             // replacement carries no such pruning upstream: the index must be rebuilt.
             AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) && !rc.is_data_replacement() => {
@@ -99,8 +99,7 @@ impl AddIndex {
                 format!("indexed data of fragment {} was replaced", rc.fragment_id()),
             ),
             // A MemWAL install validated its log against the table's schema and fragments, which
-            // a merge restates with new columns (Lance retries the install, `check_create_index_txn`,
-            // Merge arm).
+            // a merge restates with new columns (Lance retries the install too).
             AnyAction::MergeColumns(_) if self.is_mem_wal_install() => peer.retry(
                 K,
                 Rule::SchemaChanged,

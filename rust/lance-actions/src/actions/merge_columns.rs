@@ -27,7 +27,7 @@ impl MergeColumns {
         match (peer.action, peer.their_path) {
             (AnyAction::ReserveFragmentIds(_), _) => Verdict::Ok,
             // A committed MemWAL install was validated against the schema and fragments we
-            // restate (Lance retries the merge, `check_merge_txn`); a drop of it is no conflict.
+            // restate (Lance retries the merge too); a drop of it is no conflict.
             (AnyAction::AddIndex(ai), _) if ai.is_mem_wal_install() => {
                 peer.retry(K, Rule::SchemaChanged, "a MemWAL install committed against the fragments we restate")
             }

@@ -18,8 +18,8 @@ pub struct RemoveIndex {
 }
 
 impl RemoveIndex {
-    /// The rules follow Lance's `check_create_index_txn` (CreateIndex arm), judged on both whole
-    /// transactions' index edits (`IndexEdits`).
+    /// The index rules of `design/action-model.md` (Lance's), judged on both whole transactions'
+    /// index edits (`IndexEdits`).
     fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::RemoveIndex;
         if let Some(v) = peer.baseline_verdict(K) {
@@ -131,7 +131,7 @@ mod tests {
     }
 
     /// Segments A (1) and B (2) of index `idx`; A' (3) and A'' (4) fresh segments of it. Lance's
-    /// `check_create_index_txn` rules, case by case (ours, committed, verdict).
+    /// rules (`design/action-model.md`, as Lance judges them), case by case (ours, committed, verdict).
     #[test]
     fn same_name_segments_follow_lances_create_index_rules() {
         let cases = [

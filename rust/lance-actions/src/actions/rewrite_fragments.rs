@@ -30,7 +30,7 @@ impl RewriteFragments {
 
     /// A rewrite that defers index remapping (it carries a fragment-reuse entry) over fragments with
     /// stable row ids. Lance infers the table's stable-row-id flag from the old fragments' row-id
-    /// metadata the same way (`check_rewrite_txn`, CreateIndex arm).
+    /// metadata the same way (`design/action-model.md`, RewriteFragments).
     fn defers_stable_row_id_remap(&self) -> bool {
         self.frag_reuse_index.is_some()
             && self.groups.iter().flat_map(|g| g.old_fragments.iter()).any(|f| f.row_id_meta.is_some())
@@ -86,8 +86,8 @@ impl RewriteFragments {
     }
 }
 
-/// A user index whose answers are row ids rather than row addresses (Lance's
-/// `corrupted_by_frag_reuse`): built while a deferred rewrite remaps stable row ids, it describes
+/// A user index whose answers are row ids rather than row addresses (not a system index, results
+/// not row addresses, as Lance tells them apart): built while a deferred rewrite remaps stable row ids, it describes
 /// rows by ids the reuse index does not translate, wherever its coverage lies.
 fn answers_in_row_ids(index: &IndexMetadata) -> bool {
     !lance_table::system_index::is_system_index(index) && !index.results_are_row_addrs()
@@ -107,7 +107,7 @@ impl Action for RewriteFragments {
         }
         // A MemWAL install indexes no field, so no field criterion meets it, and it has no coverage
         // bitmap, which Lance's rewrite rule reads as covering every fragment: it retries a rewrite
-        // after one (`check_rewrite_txn`, CreateIndex arm). The AddIndex arm of the rebase does the same.
+        // after one. The AddIndex arm of the rebase does the same.
         mask.push(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
         mask
     }

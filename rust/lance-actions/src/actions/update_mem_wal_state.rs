@@ -22,7 +22,7 @@ pub struct UpdateMemWalState;
 impl UpdateMemWalState {
     /// A committed MemWAL install records the generations its shards were compacted to (in its
     /// index details, not in a transaction context): the context's generation rule applies to
-    /// them (Lance's `check_update_mem_wal_state_txn`, CreateIndex arm). Details that do not
+    /// them (`design/action-model.md`, UpdateMemWalState; Lance judges it so too). Details that do not
     /// decode cannot be compared: Fail, as Lance's commit does.
     fn rebase_vs_install(cx: &RebaseCx<'_>, peer: &PeerAction<'_>, install: &AddIndex) -> Verdict {
         const K: ActionKind = ActionKind::UpdateMemWalState;
