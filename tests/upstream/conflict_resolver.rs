@@ -87,21 +87,13 @@ async fn new_fragments(ds: &std::sync::Arc<lance::Dataset>, ids: &[i64]) -> Vec<
 }
 
 /// `test_conflicts`: 18 staged operations, each checked against 9 committed peers and against an
-/// operation from a newer Lance (which every operation must treat as incompatible). Known model
-/// bugs (`MODEL_BUGS`) are excused here and asserted in `test_conflicts_model_bugs`.
+/// operation from a newer Lance (which every operation must treat as incompatible).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_conflicts() {
-    conflicts_table(MODEL_BUGS).await;
+    conflicts_table().await;
 }
 
-/// The cases of `test_conflicts` where our verdict is wrong, held to the upstream expectation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "model bug: a replacement of an index whose field a peer update rewrote retries (IndexClash) where Lance commits and prunes the rewritten fragments from its coverage; see tests/upstream/README.md"]
-async fn test_conflicts_model_bugs() {
-    conflicts_table(&[]).await;
-}
-
-async fn conflicts_table(bugs: &[(&str, &'static str, &'static str)]) {
+async fn conflicts_table() {
     use Upstream::{Compatible as C, NotCompatible as N, Retryable as R};
     let (_dir, ds) = sample().await;
     let frag = |i: usize| ds.manifest().fragments[i].clone();
@@ -229,17 +221,39 @@ async fn conflicts_table(bugs: &[(&str, &'static str, &'static str)]) {
         .expect("the sample unknown operation")
         .txn;
 
-    let mut ledger = Ledger::new("test_conflicts", DEVIATIONS, bugs);
+    let mut ledger = Ledger::new("test_conflicts", DEVIATIONS, &[]);
     for (name, op, expected) in &cases {
         let ours = txn(&ds, op.clone());
         let j = judge_after(&ds, &ours, None, &unknown).await;
         ledger.record(format!("{name} after unknown"), &j, Upstream::NotCompatible);
         for ((peer_name, peer), expected) in peers.iter().zip(expected) {
             let j = judge_after(&ds, &ours, None, peer).await;
+            if (*name, *peer_name) == ("create_index", "update") {
+                assert_replacement_pruned(&j, peer);
+            }
             ledger.record(format!("{name} after {peer_name}"), &j, *expected);
         }
     }
     ledger.finish();
+}
+
+/// `create_index after update`: the replacement of `id_idx` lands, and (as Lance prunes at
+/// rebase) its new segment no longer claims the fragments the update rewrote field 0 in, nor the
+/// one it removed.
+fn assert_replacement_pruned(j: &lance_actions_commit::Judgement, update: &Transaction) {
+    let Operation::Update { updated_fragments, removed_fragment_ids, .. } = &update.operation else {
+        panic!("the peer is an update");
+    };
+    let Ok(Operation::CreateIndex { new_indices, .. }) = lance_actions::lower(&j.resolution.txn) else {
+        panic!("our rebased replacement lowers to a CreateIndex");
+    };
+    let coverage = new_indices[0].fragment_bitmap.clone().expect("the new segment has a coverage bitmap");
+    let gone: Vec<u64> = updated_fragments.iter().map(|f| f.id).chain(removed_fragment_ids.iter().copied()).collect();
+    assert!(!gone.is_empty(), "the peer update touched fragments");
+    for id in gone {
+        assert!(!coverage.contains(id as u32), "the rebased index still covers fragment {id}: {coverage:?}");
+    }
+    assert!(!coverage.is_empty(), "the untouched fragments stay covered");
 }
 
 /// Deliberate differences in `test_conflicts`: (case, our verdict, deviation id of
@@ -251,15 +265,6 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
     ("update after delete", "ok", "D7-rows-from-deletion-files"),
     ("update after update", "ok", "D7-rows-from-deletion-files"),
 ];
-
-/// Cases of `test_conflicts` where our model is wrong (not a deliberate deviation): (case, our
-/// verdict today, what is wrong). Left for the model's owners; `test_conflicts_model_bugs` fails
-/// until they are fixed, `test_conflicts` fails once one no longer occurs.
-const MODEL_BUGS: &[(&str, &str, &str)] = &[(
-    "create_index after update",
-    "retry",
-    "IndexClash: our RemoveIndex of id_idx vs the peer's InvalidateIndexCoverage of field 0; Lance commits the replacement and prunes the updated fragments from its coverage",
-)];
 
 async fn stage_overwrite(ds: &std::sync::Arc<lance::Dataset>) -> Operation {
     use lance::dataset::{InsertBuilder, WriteMode, WriteParams};
@@ -512,7 +517,6 @@ async fn test_concurrent_index_drops_are_compatible() {
 }
 
 #[tokio::test]
-#[ignore = "model bug: replacing one segment of id_idx retries (IndexClash on index_name[id_idx]) after a peer removed another segment of the same name; Lance commits; see tests/upstream/README.md"]
 async fn test_index_replacement_compatible_with_removing_disjoint_segment() {
     let (_dir, ds) = sample().await;
     let (existing, fresh) = id_index_and_fresh(&ds).await;
@@ -687,7 +691,6 @@ fn mem_wal_install(ds: &lance::Dataset, compacted: Vec<(u128, u64)>) -> Operatio
 }
 
 #[tokio::test]
-#[ignore = "model bug: a MemWAL index install and a Merge commute in our model (both orders Ok); Lance retries both; see tests/upstream/README.md"]
 async fn test_mem_wal_install_conflicts_with_merge() {
     let (_dir, ds) = sample().await;
     let merge = txn(&ds, metadata_merge(&ds, "merged"));
@@ -718,7 +721,6 @@ async fn test_mem_wal_install_conflicts_with_merge() {
 }
 
 #[tokio::test]
-#[ignore = "model bug: an UpdateMemWalState after a MemWAL index install that records compacted SSTables of the same shard is Ok in our model; Lance fails (lower or equal generation) or retries (higher); see tests/upstream/README.md"]
 async fn test_update_mem_wal_state_vs_create_index_with_compacted_sstables() {
     let (_dir, ds) = sample().await;
     let install = txn(&ds, mem_wal_install(&ds, vec![(7, 10)]));
@@ -1037,7 +1039,6 @@ const UPDATE_OVERLAY_DEVIATIONS: &[(&str, &str, &str)] =
 /// `field` in fragment 1: upstream's rebase prunes fragment 1 from the index when the rewritten
 /// field is the indexed one. We check the coverage our rebased transaction lowers to.
 #[tokio::test]
-#[ignore = "model bug: a new index after an in-place rewrite of its field in one of its fragments retries (DataFilesChanged) where Lance prunes that fragment from the index's coverage; see tests/upstream/README.md"]
 async fn test_create_index_rebase_prunes_updated_field_coverage() {
     use lance_table::transaction::UpdateMode::RewriteColumns;
     let (_dir, ds) = sample().await;
@@ -1506,7 +1507,6 @@ async fn test_create_ngram_index_conflicts_with_overlapping_deferred_rewrite() {
 /// when they do not. The sample table has no stable row ids; the rewrite's old fragment is given
 /// upstream's inline row ids, as upstream does.
 #[tokio::test]
-#[ignore = "model bug: a deferred rewrite of fragments with stable row ids commits over a concurrent row-id-domain (IVF-PQ) index build; Lance retries; see tests/upstream/README.md"]
 async fn test_create_index_conflicts_with_deferred_rewrite_under_stable_row_ids() {
     use lance_table::format::{InlineRowIds, RowIdMeta};
     let (_dir, ds) = sample().await;

@@ -7,4 +7,6 @@
 //! names; `tests/upstream/README.md` lists every upstream test with its status.
 
 mod conflict_resolver;
+mod dataset_concurrency_store;
+mod dataset_transactions;
 mod support;

@@ -196,7 +196,25 @@ async fn stage_create_index(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
             v,
             Operation::CreateIndex { new_indices: vec![], removed_indices: id_index },
         ),
+        staged(
+            OperationKind::CreateIndex,
+            "mem-wal-install-shardA-gen1",
+            v,
+            Operation::CreateIndex { new_indices: vec![mem_wal_install(v, 1, 1)?], removed_indices: vec![] },
+        ),
     ])
+}
+
+/// A MemWAL index install (Lance's system index `__lance_mem_wal`, details inline) recording shard
+/// `shard` compacted to `generation`: the shard of the `UpdateMemWalState` samples
+/// (`samples::manifest_edits`), so both sides of its generation rule meet in the pairs.
+fn mem_wal_install(version: u64, shard: u128, generation: u64) -> Result<IndexMetadata> {
+    use lance_table::system_index::mem_wal::{CompactedSsTable, MemWalIndexDetails, new_mem_wal_index_meta};
+    let details = MemWalIndexDetails {
+        compacted_sstables: vec![CompactedSsTable::new(Uuid::from_u128(shard), generation)],
+        ..Default::default()
+    };
+    new_mem_wal_index_meta(version, details).lance("building a MemWAL index install")
 }
 
 /// Operations built directly from the manifest, as their Lance writers build them.
@@ -249,7 +267,43 @@ async fn stage_updates(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
         stage_upsert(ds, "upsert-10-new300", &[10, 300]).await?,
         stage_row_update(ds, "move-row2", 2).await?,
         stage_row_update(ds, "move-row12", 12).await?,
+        column_rewrite(ds, 1, 1)?,
     ])
+}
+
+/// An update in `RewriteColumns` mode (Lance's column-rewriting update shape): field `field` of
+/// fragment `i` rewritten in place into the sample file `replacement-{i}.lance` (a copy of the
+/// fragment's data file, see `provide_sample_files`, so the values read back unchanged), the
+/// original file's column of that field tombstoned.
+fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Result<Staged> {
+    use lance_table::format::overlay::TOMBSTONE_FIELD_ID;
+    let missing = || crate::error::Error::Lance {
+        what: "staging a column rewrite".into(),
+        source: lance::Error::invalid_input(format!("the table has no fragment {i} with a data file")),
+    };
+    let mut fragment = ds.manifest().fragments.get(i).cloned().ok_or_else(missing)?;
+    let original = fragment.files.first().cloned().ok_or_else(missing)?;
+    let only = |keep: bool| -> Vec<i32> {
+        original.fields.iter().map(|f| if (*f == field) == keep { *f } else { TOMBSTONE_FIELD_ID }).collect()
+    };
+    let mut kept = original.clone();
+    kept.fields = Arc::from(only(false));
+    let mut rewritten = original.clone();
+    rewritten.path = format!("replacement-{i}.lance");
+    rewritten.fields = Arc::from(only(true));
+    fragment.files = vec![kept, rewritten];
+    let op = Operation::Update {
+        removed_fragment_ids: vec![],
+        updated_fragments: vec![fragment],
+        new_fragments: vec![],
+        fields_modified: vec![field as u32],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: Some(lance_table::transaction::UpdateMode::RewriteColumns),
+        inserted_rows_filter: None,
+        updated_fragment_offsets: None,
+    };
+    Ok(staged(OperationKind::Update, &format!("rewrite-v-frag{i}"), ds.manifest().version, op))
 }
 
 /// An operation from a newer Lance: a transaction whose operation field this Lance does not know.

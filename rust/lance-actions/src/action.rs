@@ -26,12 +26,53 @@ impl RebaseFacts for NoFacts {
     }
 }
 
+/// What one transaction does to indices as a whole: the segments it removes (name, uuid) and the
+/// names it creates. Lance judges two index transactions by their whole operations (the index
+/// rules of `design/action-model.md`): a segment added under a name the same transaction also removes is a
+/// replacement of that name's segments, one without is an appended segment, and only an appended
+/// segment races a concurrent drop of its name. So an index action's rebase consults these edits of
+/// its own transaction (`RebaseCx::index_edits`) and of the peer's (`PeerAction::index_edits`).
+/// They are coordinates, never changed by a rebase, so they are computed once per transaction.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexEdits {
+    pub removed: Vec<(String, uuid::Uuid)>,
+    pub created: Vec<String>,
+}
+
+impl IndexEdits {
+    pub fn of(actions: &[AnyAction]) -> Self {
+        let mut edits = IndexEdits::default();
+        for action in actions {
+            match action {
+                AnyAction::RemoveIndex(ri) => edits.removed.push((ri.index.name.clone(), ri.index.uuid)),
+                AnyAction::AddIndex(ai) => edits.created.push(ai.index.name.clone()),
+                _ => {}
+            }
+        }
+        edits
+    }
+
+    pub fn removes_name(&self, name: &str) -> bool {
+        self.removed.iter().any(|(n, _)| n == name)
+    }
+
+    pub fn removes_uuid(&self, uuid: uuid::Uuid) -> bool {
+        self.removed.iter().any(|(_, u)| *u == uuid)
+    }
+
+    pub fn creates_name(&self, name: &str) -> bool {
+        self.created.iter().any(|n| n == name)
+    }
+}
+
 /// What a rebase can consult besides its peers.
 pub struct RebaseCx<'a> {
     /// The table at our read version.
     pub base: &'a TableState,
     /// Our own transaction-level context.
     pub ours: &'a TxnContext,
+    /// What our whole transaction does to indices (see `IndexEdits`).
+    pub index_edits: &'a IndexEdits,
     pub facts: &'a dyn RebaseFacts,
     /// The table at the latest version, when the caller knows it: an action whose effect is already
     /// in place there (a key migration's steps replayed onto a migrated branch) can see so.
@@ -44,6 +85,8 @@ pub struct PeerAction<'a> {
     pub version: u64,
     pub action: &'a AnyAction,
     pub context: &'a TxnContext,
+    /// What the peer's whole transaction did to indices (see `IndexEdits`).
+    pub index_edits: &'a IndexEdits,
     pub our_path: &'a ManifestPath,
     pub their_path: &'a ManifestPath,
     /// The shell of the transaction being rebased (ours).

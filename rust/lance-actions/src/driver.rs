@@ -11,7 +11,7 @@
 //! to the old table, so only the reset itself and the named coordinates it also writes (config keys,
 //! bases) are rebased.
 
-use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, RebaseFacts};
+use crate::action::{Action, ActionKind, AnyAction, IndexEdits, PeerAction, RebaseCx, RebaseFacts};
 use crate::path::{ManifestPath, Mask};
 use crate::state::TableState;
 use crate::txn::ActionTxn;
@@ -24,12 +24,14 @@ pub struct Peer {
     pub version: u64,
     pub txn: ActionTxn,
     writes: Vec<Mask>,
+    index_edits: IndexEdits,
 }
 
 impl Peer {
     pub fn new(version: u64, txn: ActionTxn) -> Self {
         let writes = txn.actions.iter().map(Action::writes).collect();
-        Self { version, txn, writes }
+        let index_edits = IndexEdits::of(&txn.actions);
+        Self { version, txn, writes, index_edits }
     }
 }
 
@@ -95,6 +97,8 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
             m
         })
         .collect();
+    // Like the masks, what our transaction does to indices is a coordinate a rebase never changes.
+    let index_edits = IndexEdits::of(&txn.actions);
     for peer in inputs.peers {
         if matches!(verdict, Verdict::Fail(_)) {
             break;
@@ -104,7 +108,7 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
             peers.push(PeerCheck { version: peer.version, overlapping_pairs: 0, verdict: verdict.clone() });
             break;
         }
-        let check = check_peer(txn, &masks, inputs, peer);
+        let check = check_peer(txn, &masks, &index_edits, inputs, peer);
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
@@ -140,10 +144,16 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 }
 
 /// Screen and rebase all of our actions against one committed peer.
-fn check_peer(txn: &mut ActionTxn, masks: &[Mask], inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
+fn check_peer(
+    txn: &mut ActionTxn,
+    masks: &[Mask],
+    index_edits: &IndexEdits,
+    inputs: &Inputs<'_>,
+    peer: &Peer,
+) -> PeerCheck {
     let resets = txn.resets_baseline();
     let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
-    let cx = RebaseCx { base: inputs.base, ours: &txn.context, facts: inputs.facts, head: inputs.head };
+    let cx = RebaseCx { base: inputs.base, ours: &txn.context, index_edits, facts: inputs.facts, head: inputs.head };
     let mut overlapping_pairs = 0;
     for (action, ours_mask) in txn.actions.iter_mut().zip(masks) {
         if resets && !judged_under_reset(action.kind()) {
@@ -196,6 +206,7 @@ fn overlapping_peer_actions<'a>(
                     version: peer.version,
                     action,
                     context: &peer.txn.context,
+                    index_edits: &peer.index_edits,
                     our_path,
                     their_path,
                     our_shell,

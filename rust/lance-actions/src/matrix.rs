@@ -17,7 +17,7 @@ use lance_table::format::{DataFile, DeletionFile, DeletionFileType, Fragment, In
 use lance_table::transaction::{Operation, UpdateMode};
 use uuid::Uuid;
 
-use crate::action::{Action, ActionKind, AnyAction, NoFacts, PeerAction, RebaseCx};
+use crate::action::{Action, ActionKind, AnyAction, IndexEdits, NoFacts, PeerAction, RebaseCx};
 use crate::actions::add_fragments::AddFragments;
 use crate::actions::opaque::Opaque;
 use crate::context::{OperationKind, TxnContext};
@@ -271,6 +271,9 @@ fn single_rebase(
     let mut mask = a.reads();
     mask.extend(a.writes());
     let written = b.writes();
+    // One action alone: its transaction's index edits are its own.
+    let their_edits = IndexEdits::of(std::slice::from_ref(b));
+    let our_edits = IndexEdits::of(std::slice::from_ref(a));
     let peers: Vec<PeerAction<'_>> = written
         .iter()
         .filter_map(|their_path| {
@@ -279,6 +282,7 @@ fn single_rebase(
                 version: 2,
                 action: b,
                 context: their_cx,
+                index_edits: &their_edits,
                 our_path,
                 their_path,
                 our_shell: ours_cx.shell,
@@ -288,7 +292,7 @@ fn single_rebase(
     if peers.is_empty() {
         return None;
     }
-    let cx = RebaseCx { base, ours: ours_cx, facts: &NoFacts, head: None };
+    let cx = RebaseCx { base, ours: ours_cx, index_edits: &our_edits, facts: &NoFacts, head: None };
     Some(a.clone().rebase(&cx, &peers))
 }
 

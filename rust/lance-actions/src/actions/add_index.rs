@@ -9,8 +9,9 @@ use crate::error::Result;
 use lance_table::format::IndexMetadata;
 
 /// Lance's MemWAL system index; its details carry the shard generations.
-const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
+pub(crate) const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
 
+use super::remove_index::RemoveIndex;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::TxnContext;
 use crate::path::{FieldScope, IndexScope, ManifestPath, Mask};
@@ -23,6 +24,11 @@ pub struct AddIndex {
 }
 
 impl AddIndex {
+    /// An install (new segment) of Lance's MemWAL system index.
+    pub fn is_mem_wal_install(&self) -> bool {
+        self.index.name == MEM_WAL_INDEX_NAME
+    }
+
     fn covers(&self, fragment_id: u64) -> bool {
         match &self.index.fragment_bitmap {
             None => true,
@@ -38,9 +44,29 @@ impl AddIndex {
         }
     }
 
-    fn rebase_one(&mut self, peer: &PeerAction<'_>) -> Verdict {
+    /// A committed drop of a segment under our name (the index rules of `design/action-model.md`,
+    /// as Lance judges them). An appended segment (our transaction removes nothing of its name) extends the logical
+    /// index the drop removed: Retry. A replacement is built from exactly the segments it removes,
+    /// so it races the drop only when the drop took one of those sources (a stale source identity);
+    /// a drop of a disjoint segment of the same name commutes with it.
+    fn rebase_vs_drop(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, dropped: &RemoveIndex) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
-        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.index.name == MEM_WAL_INDEX_NAME {
+        if !cx.index_edits.removes_name(&self.index.name) {
+            peer.retry(K, Rule::IndexClash, "the committed transaction dropped a segment of the index we append to")
+        } else if cx.index_edits.removes_uuid(dropped.index.uuid) {
+            peer.retry(
+                K,
+                Rule::IndexClash,
+                "the committed transaction dropped a segment our replacement was built from",
+            )
+        } else {
+            Verdict::Ok
+        }
+    }
+
+    fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
+        const K: ActionKind = ActionKind::AddIndex;
+        if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.is_mem_wal_install() {
             return Verdict::Ok;
         }
         if let Some(v) = peer.baseline_verdict(K) {
@@ -59,12 +85,28 @@ impl AddIndex {
                 Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
                 None => Verdict::Ok,
             },
+            // An update that rewrote an indexed column in place: Lance prunes the fragment from the
+            // new index, which lands over the rest; the
+            // update's own `InvalidateIndexCoverage` names the same fragment and fields. A data
+            // replacement carries no such pruning upstream: the index must be rebuilt.
+            AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) && !rc.is_data_replacement() => {
+                self.trim([rc.fragment_id()]);
+                Verdict::Ok
+            }
             AnyAction::ReplaceFragmentColumns(rc) if self.covers(rc.fragment_id()) => peer.retry(
                 K,
                 Rule::DataFilesChanged,
                 format!("indexed data of fragment {} was replaced", rc.fragment_id()),
             ),
-            AnyAction::AddIndex(_) | AnyAction::RemoveIndex(_) => {
+            // A MemWAL install validated its log against the table's schema and fragments, which
+            // a merge restates with new columns (Lance retries the install too).
+            AnyAction::MergeColumns(_) if self.is_mem_wal_install() => peer.retry(
+                K,
+                Rule::SchemaChanged,
+                "a merge restated the fragments and schema the MemWAL install was validated against",
+            ),
+            AnyAction::RemoveIndex(dropped) => self.rebase_vs_drop(cx, peer, dropped),
+            AnyAction::AddIndex(_) => {
                 peer.retry(K, Rule::IndexClash, "the committed transaction wrote the same index or index name")
             }
             _ => Verdict::Ok,
@@ -79,6 +121,11 @@ impl Action for AddIndex {
 
     fn reads(&self) -> Mask {
         let mut mask = Mask::new();
+        // A MemWAL install indexes no field but depends on the table's fragment list (see the
+        // MergeColumns arm of the rebase).
+        if self.is_mem_wal_install() {
+            mask.push(ManifestPath::FragmentSet);
+        }
         for &field in &self.index.fields {
             mask.push(ManifestPath::field(field, FieldScope::Definition));
             mask.push(ManifestPath::FragmentsCoveringField { field });
@@ -100,8 +147,8 @@ impl Action for AddIndex {
         Ok(())
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {

@@ -26,6 +26,12 @@ impl MergeColumns {
         }
         match (peer.action, peer.their_path) {
             (AnyAction::ReserveFragmentIds(_), _) => Verdict::Ok,
+            // A committed MemWAL install was validated against the schema and fragments we
+            // restate (Lance retries the merge too); a drop of it is no conflict.
+            (AnyAction::AddIndex(ai), _) if ai.is_mem_wal_install() => {
+                peer.retry(K, Rule::SchemaChanged, "a MemWAL install committed against the fragments we restate")
+            }
+            (_, ManifestPath::IndexName(_)) => Verdict::Ok,
             (_, ManifestPath::FragmentIdCounter | ManifestPath::RowIdCounter) => Verdict::Ok,
             _ => peer.retry(K, Rule::FragmentGone, "the fragment list we restate changed"),
         }
@@ -38,7 +44,9 @@ impl Action for MergeColumns {
     }
 
     fn reads(&self) -> Mask {
-        let mut mask = Mask::new().with(ManifestPath::FragmentSet);
+        let mut mask = Mask::new()
+            .with(ManifestPath::FragmentSet)
+            .with(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
         for f in &self.fragments {
             mask.push(ManifestPath::fragment(f.id, FragmentScope::Whole));
         }

@@ -1,6 +1,6 @@
 //! RemoveIndex: an index (segment) leaves the table, dropped or replaced. Lowers to
-//! `CreateIndex.removed_indices`. Two drops of the same index commute; a drop racing a creation of
-//! the same name does not (the creation's own rebase reports it).
+//! `CreateIndex.removed_indices`. Two drops of the same index commute; a drop racing an appended
+//! segment of its name, or a replacement built from the segment it drops, does not.
 
 use crate::codec::{self, proto};
 use crate::error::Result;
@@ -18,16 +18,40 @@ pub struct RemoveIndex {
 }
 
 impl RemoveIndex {
-    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+    /// The index rules of `design/action-model.md` (Lance's), judged on both whole transactions'
+    /// index edits (`IndexEdits`).
+    fn rebase_one(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::RemoveIndex;
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
         }
         match peer.action {
-            AnyAction::RemoveIndex(_) => Verdict::Ok,
-            AnyAction::AddIndex(_) => {
-                peer.retry(K, Rule::IndexClash, "the committed transaction created an index of the name we drop")
+            // Two drops of one segment are idempotent, unless either side also published a
+            // replacement under its name: built from a source the other dropped, it would undo the
+            // drop. Drops of disjoint segments of one name commute.
+            AnyAction::RemoveIndex(theirs) if theirs.index.uuid == self.index.uuid => {
+                let name = &self.index.name;
+                if cx.index_edits.creates_name(name) || peer.index_edits.creates_name(name) {
+                    peer.retry(K, Rule::IndexClash, "a replacement was built from the segment both sides dropped")
+                } else {
+                    Verdict::Ok
+                }
             }
+            AnyAction::RemoveIndex(_) => Verdict::Ok,
+            // A committed segment appended under the name we drop (its transaction removed nothing
+            // of that name) extends what we drop; a committed replacement races our drop only when
+            // it was built from the segment we drop.
+            AnyAction::AddIndex(ai) if !peer.index_edits.removes_name(&ai.index.name) => {
+                peer.retry(K, Rule::IndexClash, "the committed transaction appended a segment to the index we drop")
+            }
+            AnyAction::AddIndex(_) if peer.index_edits.removes_uuid(self.index.uuid) => {
+                peer.retry(K, Rule::IndexClash, "the committed transaction replaced the segment we drop")
+            }
+            AnyAction::AddIndex(_) => Verdict::Ok,
+            // A committed update narrowed the coverage of indices on a field it rewrote: the index
+            // we drop leaves anyway (Lance commits the drop or replacement and prunes only the new
+            // segments, which our `AddIndex` trims).
+            AnyAction::InvalidateIndexCoverage(_) => Verdict::Ok,
             _ => peer.retry(K, Rule::IndexClash, "the committed transaction changed the index we drop"),
         }
     }
@@ -56,8 +80,8 @@ impl Action for RemoveIndex {
         Ok(())
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, Self::rebase_one)
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| self.rebase_one(cx, p))
     }
 
     fn apply(&self, state: &mut TableState, _txn: &mut TxnContext) {
@@ -72,5 +96,97 @@ impl RemoveIndex {
 
     pub(crate) fn decode(p: proto::RemoveIndex) -> Result<Self> {
         Ok(Self { index: codec::index_from(&p.index)? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+    use lance_core::datatypes::Schema;
+    use roaring::RoaringBitmap;
+    use uuid::Uuid;
+
+    use crate::actions::add_index::AddIndex;
+    use crate::driver::{Inputs, Peer, resolve};
+    use crate::{ActionTxn, AnyAction, NoFacts, OperationKind, TableState};
+
+    /// A segment of index `name` on field 0 (the uuid names the segment).
+    fn segment(uuid: u128, name: &str) -> lance_table::format::IndexMetadata {
+        crate::samples::index_on(Uuid::from_u128(uuid), name, 0, 1, RoaringBitmap::from_iter([0u32]))
+    }
+
+    /// A CreateIndex transaction: the segments it adds and removes.
+    fn create_index(added: &[(u128, &str)], removed: &[(u128, &str)]) -> ActionTxn {
+        let removes = removed.iter().map(|(u, n)| AnyAction::RemoveIndex(super::RemoveIndex { index: segment(*u, n) }));
+        let adds = added.iter().map(|(u, n)| AnyAction::AddIndex(AddIndex { index: segment(*u, n) }));
+        ActionTxn::new(OperationKind::CreateIndex, removes.chain(adds).collect())
+    }
+
+    fn verdict(ours: &ActionTxn, committed: ActionTxn) -> &'static str {
+        let schema =
+            Schema::try_from(&ArrowSchema::new(vec![Field::new("id", DataType::Int64, false)])).expect("schema");
+        let base = TableState::empty(schema);
+        let peers = [Peer::new(2, committed)];
+        resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts }).verdict.label()
+    }
+
+    /// Segments A (1) and B (2) of index `idx`; A' (3) and A'' (4) fresh segments of it. Lance's
+    /// rules (`design/action-model.md`, as Lance judges them), case by case (ours, committed, verdict).
+    #[test]
+    fn same_name_segments_follow_lances_create_index_rules() {
+        let cases = [
+            (
+                "replace A after a drop of B",
+                create_index(&[(3, "idx")], &[(1, "idx")]),
+                create_index(&[], &[(2, "idx")]),
+                "ok",
+            ),
+            (
+                "replace A after a drop of A",
+                create_index(&[(3, "idx")], &[(1, "idx")]),
+                create_index(&[], &[(1, "idx")]),
+                "retry",
+            ),
+            (
+                "append A' after a drop of B",
+                create_index(&[(3, "idx")], &[]),
+                create_index(&[], &[(2, "idx")]),
+                "retry",
+            ),
+            ("drop A after a drop of A", create_index(&[], &[(1, "idx")]), create_index(&[], &[(1, "idx")]), "ok"),
+            (
+                "drop A after a replacement of A",
+                create_index(&[], &[(1, "idx")]),
+                create_index(&[(4, "idx")], &[(1, "idx")]),
+                "retry",
+            ),
+            (
+                "drop B after a replacement of A",
+                create_index(&[], &[(2, "idx")]),
+                create_index(&[(4, "idx")], &[(1, "idx")]),
+                "ok",
+            ),
+            (
+                "drop A after an appended segment",
+                create_index(&[], &[(1, "idx")]),
+                create_index(&[(4, "idx")], &[]),
+                "retry",
+            ),
+            (
+                "rename A to other after a drop of A",
+                create_index(&[(3, "other")], &[(1, "idx")]),
+                create_index(&[], &[(1, "idx")]),
+                "ok",
+            ),
+            (
+                "new segments of one name on both sides",
+                create_index(&[(3, "idx")], &[]),
+                create_index(&[(4, "idx")], &[]),
+                "retry",
+            ),
+        ];
+        for (case, ours, committed, expected) in cases {
+            assert_eq!(verdict(&ours, committed), expected, "{case}");
+        }
     }
 }

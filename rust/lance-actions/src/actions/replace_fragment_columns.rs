@@ -67,7 +67,8 @@ impl ReplaceFragmentColumns {
         }
     }
 
-    fn is_data_replacement(&self) -> bool {
+    /// A `DataReplacement` group rather than an update's column rewrite.
+    pub(crate) fn is_data_replacement(&self) -> bool {
         matches!(self.target, ColumnTarget::File { .. })
     }
 

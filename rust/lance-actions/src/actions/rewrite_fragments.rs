@@ -28,6 +28,14 @@ impl RewriteFragments {
         self.groups.iter().flat_map(|g| g.old_fragments.iter().map(|f| f.id)).collect()
     }
 
+    /// A rewrite that defers index remapping (it carries a fragment-reuse entry) over fragments with
+    /// stable row ids. Lance infers the table's stable-row-id flag from the old fragments' row-id
+    /// metadata the same way (`design/action-model.md`, RewriteFragments).
+    fn defers_stable_row_id_remap(&self) -> bool {
+        self.frag_reuse_index.is_some()
+            && self.groups.iter().flat_map(|g| g.old_fragments.iter()).any(|f| f.row_id_meta.is_some())
+    }
+
     fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::RewriteFragments;
         // Compaction keeps every row and value, so the MemWAL's claim about the data still holds.
@@ -38,6 +46,15 @@ impl RewriteFragments {
             return v;
         }
         match (peer.action, peer.their_path) {
+            (AnyAction::AddIndex(ai), _) if self.defers_stable_row_id_remap() && answers_in_row_ids(&ai.index) => peer
+                .retry(
+                    K,
+                    Rule::IndexClash,
+                    format!(
+                        "index {} answers in row ids, which our deferred remap of stable-row-id fragments would leave stale",
+                        ai.index.name
+                    ),
+                ),
             (AnyAction::AddIndex(ai), _) => {
                 let covers_old = match &ai.index.fragment_bitmap {
                     None => true,
@@ -69,6 +86,13 @@ impl RewriteFragments {
     }
 }
 
+/// A user index whose answers are row ids rather than row addresses (not a system index, results
+/// not row addresses, as Lance tells them apart): built while a deferred rewrite remaps stable row ids, it describes
+/// rows by ids the reuse index does not translate, wherever its coverage lies.
+fn answers_in_row_ids(index: &IndexMetadata) -> bool {
+    !lance_table::system_index::is_system_index(index) && !index.results_are_row_addrs()
+}
+
 impl Action for RewriteFragments {
     fn kind(&self) -> ActionKind {
         ActionKind::RewriteFragments
@@ -81,6 +105,10 @@ impl Action for RewriteFragments {
         for field in fragment_fields(old) {
             mask.push(ManifestPath::IndicesCoveringField { field, scope: IndexScope::Coverage });
         }
+        // A MemWAL install indexes no field, so no field criterion meets it, and it has no coverage
+        // bitmap, which Lance's rewrite rule reads as covering every fragment: it retries a rewrite
+        // after one. The AddIndex arm of the rebase does the same.
+        mask.push(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
         mask
     }
 

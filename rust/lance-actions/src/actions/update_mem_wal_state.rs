@@ -5,6 +5,9 @@
 //! commutes only with compaction, id reservation, index, config and base changes, and with a merge
 //! (an `Update`), the MemWAL's own way of writing rows, whose generations the context checks.
 
+use lance_table::system_index::mem_wal::load_mem_wal_index_details;
+
+use super::add_index::{AddIndex, MEM_WAL_INDEX_NAME};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::codec::proto;
 use crate::context::{OperationKind, TxnContext};
@@ -17,12 +20,46 @@ use crate::verdict::{Reason, Rule, Verdict};
 pub struct UpdateMemWalState;
 
 impl UpdateMemWalState {
-    fn rebase_one(peer: &PeerAction<'_>) -> Verdict {
+    /// A committed MemWAL install records the generations its shards were compacted to (in its
+    /// index details, not in a transaction context): the context's generation rule applies to
+    /// them (`design/action-model.md`, UpdateMemWalState; Lance judges it so too). Details that do not
+    /// decode cannot be compared: Fail, as Lance's commit does.
+    fn rebase_vs_install(cx: &RebaseCx<'_>, peer: &PeerAction<'_>, install: &AddIndex) -> Verdict {
+        const K: ActionKind = ActionKind::UpdateMemWalState;
+        let details = match load_mem_wal_index_details(install.index.clone()) {
+            Ok(details) => details,
+            Err(e) => {
+                return peer.fail(
+                    K,
+                    Rule::MemWalGeneration,
+                    format!("the MemWAL install's details do not decode: {e}"),
+                );
+            }
+        };
+        for ours in &cx.ours.compacted_sstables {
+            let Some(theirs) = details.compacted_sstables.iter().find(|t| t.shard_id == ours.shard_id) else {
+                continue;
+            };
+            let detail = format!(
+                "shard {}: ours generation {}, the install records {}",
+                ours.shard_id, ours.generation, theirs.generation
+            );
+            return if theirs.generation >= ours.generation {
+                peer.fail(K, Rule::MemWalGeneration, detail)
+            } else {
+                peer.retry(K, Rule::MemWalGeneration, detail)
+            };
+        }
+        Verdict::Ok
+    }
+
+    fn rebase_one(cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::UpdateMemWalState;
         if peer.context.shell == OperationKind::Update {
             return Verdict::Ok;
         }
         match peer.action {
+            AnyAction::AddIndex(install) if install.is_mem_wal_install() => Self::rebase_vs_install(cx, peer, install),
             AnyAction::RewriteFragments(_)
             | AnyAction::ReserveFragmentIds(_)
             | AnyAction::UpdateConfig(_)
@@ -49,8 +86,9 @@ impl Action for UpdateMemWalState {
         ActionKind::UpdateMemWalState
     }
 
+    /// The table data, and the MemWAL index's name: a committed install carries generations.
     fn reads(&self) -> Mask {
-        Mask::new().with(ManifestPath::TableData)
+        Mask::new().with(ManifestPath::TableData).with(ManifestPath::IndexName(MEM_WAL_INDEX_NAME.into()))
     }
 
     fn writes(&self) -> Mask {
@@ -61,8 +99,8 @@ impl Action for UpdateMemWalState {
         Ok(())
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, Self::rebase_one)
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        fold_verdicts(peers, |p| Self::rebase_one(cx, p))
     }
 
     fn apply(&self, _state: &mut TableState, _txn: &mut TxnContext) {}
