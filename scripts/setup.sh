@@ -17,9 +17,10 @@ if ! "$venv/bin/python" -c "import lance; assert lance.__version__ == '14.0.2'" 
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "pylance==14.0.2"
 fi
-if ! "$venv/bin/python" -c "import maturin, pytest" >/dev/null 2>&1; then
-  echo "installing maturin and pytest into python/.venv..."
-  "$venv/bin/pip" install -q "maturin>=1.9,<2" "pytest>=8"
+if ! "$venv/bin/python" -c "import maturin, pytest, pandas, polars" >/dev/null 2>&1; then
+  echo "installing maturin, pytest, pandas and polars into python/.venv..."
+  # pandas and polars: the package takes their frames as input (tested).
+  "$venv/bin/pip" install -q "maturin>=1.9,<2" "pytest>=8" "pandas>=2.2" "polars>=1"
 fi
 # The extension links the same Lance build as the Rust tests: same profile, same target dir
 # (CARGO_TARGET_DIR when set, the workspace's target/ otherwise), so only the bindings compile here.

@@ -47,15 +47,7 @@ fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
 
 /// The verdict reason as data: `{text, rule, action, peer_version, peer_action, path, detail}`.
 pub fn reason_json(reason: &Reason) -> Value {
-    json!({
-        "text": reason.to_string(),
-        "rule": format!("{:?}", reason.rule),
-        "action": format!("{:?}", reason.ours),
-        "peer_version": reason.peer_version,
-        "peer_action": reason.peer_action.map(|a| format!("{a:?}")),
-        "path": reason.path.as_ref().map(|p| p.to_string()),
-        "detail": reason.detail,
-    })
+    lance_actions_commit::json::reason(reason)
 }
 
 /// A verdict as data: `{"verdict": "ok"|"retry"|"fail", "reason": {...} | null}`.

@@ -37,18 +37,7 @@ async fn committed_as(latest: &lance::Dataset, txn: &Transaction) -> Option<u64>
 }
 
 fn reason_json(v: &Verdict) -> serde_json::Value {
-    match v.reason() {
-        None => serde_json::Value::Null,
-        Some(r) => json!({
-            "rule": format!("{:?}", r.rule),
-            "action": format!("{:?}", r.ours),
-            "peer_version": r.peer_version,
-            "peer_action": r.peer_action.map(|a| format!("{a:?}")),
-            "path": r.path.as_ref().map(|p| p.to_string()),
-            "detail": r.detail,
-            "text": r.to_string(),
-        }),
-    }
+    v.reason().map(lance_actions_commit::json::reason).unwrap_or(serde_json::Value::Null)
 }
 
 pub async fn run(uri: &str, branch: Option<&str>, txn_path: &Path, as_json: bool) -> CliResult {

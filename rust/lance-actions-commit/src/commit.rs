@@ -451,8 +451,11 @@ async fn write_attempt(
         .build();
     let handler = Arc::new(ExpectVersion::new(fixed.inner_handler.clone(), head + 1));
     crate::crash::point("before-lance-commit");
-    let result =
-        CommitBuilder::new(latest.clone()).with_commit_handler(handler.clone()).with_max_retries(0).execute(lance_txn).await;
+    let result = CommitBuilder::new(latest.clone())
+        .with_commit_handler(handler.clone())
+        .with_max_retries(0)
+        .execute(lance_txn)
+        .await;
     let record = handler.record();
     entry.write = Some(record.clone());
     report.attempts.push(entry);

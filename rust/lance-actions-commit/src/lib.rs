@@ -12,6 +12,7 @@ pub mod expect_version;
 pub mod facts;
 pub mod history;
 pub mod hooks;
+pub mod json;
 pub mod judge;
 pub mod location;
 pub mod oracle;

@@ -49,14 +49,28 @@ async fn apply(
     deleted
 }
 
-/// Both sides' additions, less both sides' deletions.
-fn merged(
-    on_main: &BTreeSet<i64>,
-    on_feature: &BTreeSet<i64>,
-    dm: &BTreeSet<i64>,
-    df: &BTreeSet<i64>,
-) -> BTreeSet<i64> {
-    on_main.union(on_feature).filter(|i| !dm.contains(i) && !df.contains(i)).copied().collect()
+/// Two histories written on `main` and a branch `feature` of a 30-row table, merged: the merge's
+/// outcome, the rows main holds after it, and the rows the model says it must hold (both sides'
+/// additions, less both sides' deletions). `dir` keeps the table alive.
+struct Merged {
+    out: Outcome,
+    rows: Vec<i64>,
+    expected: BTreeSet<i64>,
+    both_deleted: Vec<i64>,
+}
+
+async fn merge_histories(dir: &tempfile::TempDir, main_ws: &[Write], feature_ws: &[Write]) -> Merged {
+    let uri = temp_uri(dir);
+    let base: BTreeSet<i64> = (0..30).collect();
+    let b = create(&uri, &base.iter().copied().collect::<Vec<_>>()).await;
+    b.create("feature", "main", None).await.expect("branch");
+    let (mut on_main, mut on_feature) = (base.clone(), base.clone());
+    let (mut next_main, mut next_feature) = (1_000, 100_000);
+    let dm = apply(&b, "main", main_ws, &mut on_main, &mut next_main).await;
+    let df = apply(&b, "feature", feature_ws, &mut on_feature, &mut next_feature).await;
+    let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    let expected = on_main.union(&on_feature).filter(|i| !dm.contains(i) && !df.contains(i)).copied().collect();
+    Merged { out, rows: ids(&b, "main").await, expected, both_deleted: dm.intersection(&df).copied().collect() }
 }
 
 proptest! {
@@ -66,17 +80,10 @@ proptest! {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
             let dir = tempfile::tempdir().expect("tempdir");
-            let uri = temp_uri(&dir);
-            let base: BTreeSet<i64> = (0..30).collect();
-            let b = create(&uri, &base.iter().copied().collect::<Vec<_>>()).await;
-            b.create("feature", "main", None).await.expect("branch");
-            let (mut on_main, mut on_feature) = (base.clone(), base.clone());
-            let (mut next_main, mut next_feature) = (1_000, 100_000);
-            let dm = apply(&b, "main", &main_ws, &mut on_main, &mut next_main).await;
-            let df = apply(&b, "feature", &feature_ws, &mut on_feature, &mut next_feature).await;
-            let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
-            assert!(matches!(out, Outcome::Merged { .. } | Outcome::FastForward { .. } | Outcome::AlreadyUpToDate { .. }), "{out:?}");
-            assert_eq!(set(&ids(&b, "main").await), merged(&on_main, &on_feature, &dm, &df));
+            let m = merge_histories(&dir, &main_ws, &feature_ws).await;
+            assert!(matches!(m.out, Outcome::Merged { .. } | Outcome::FastForward { .. } | Outcome::AlreadyUpToDate { .. }), "{:?}", m.out);
+            assert_eq!(m.rows.len(), set(&m.rows).len(), "a row landed twice");
+            assert_eq!(set(&m.rows), m.expected);
         });
     }
 }
@@ -86,19 +93,10 @@ proptest! {
 #[tokio::test]
 async fn a_row_deleted_on_both_sides_before_more_source_commits_merges_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let uri = temp_uri(&dir);
-    let base: BTreeSet<i64> = (0..30).collect();
-    let b = create(&uri, &base.iter().copied().collect::<Vec<_>>()).await;
-    b.create("feature", "main", None).await.expect("branch");
-    let (mut on_main, mut on_feature) = (base.clone(), base.clone());
-    let (mut next_main, mut next_feature) = (1_000, 100_000);
-    let dm = apply(&b, "main", &[Write::Delete(2)], &mut on_main, &mut next_main).await;
     let feature_ws = [Write::Delete(2), Write::Delete(26), Write::Append(2003)];
-    let df = apply(&b, "feature", &feature_ws, &mut on_feature, &mut next_feature).await;
-    assert_eq!(dm.intersection(&df).copied().collect::<Vec<_>>(), [2]);
-    let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
-    assert!(matches!(out, Outcome::Merged { ref landed, .. } if landed.len() == 3), "{out:?}");
-    let rows = ids(&b, "main").await;
-    assert_eq!(rows.len(), set(&rows).len(), "a row landed twice");
-    assert_eq!(set(&rows), merged(&on_main, &on_feature, &dm, &df));
+    let m = merge_histories(&dir, &[Write::Delete(2)], &feature_ws).await;
+    assert_eq!(m.both_deleted, [2]);
+    assert!(matches!(m.out, Outcome::Merged { ref landed, .. } if landed.len() == 3), "{:?}", m.out);
+    assert_eq!(m.rows.len(), set(&m.rows).len(), "a row landed twice");
+    assert_eq!(set(&m.rows), m.expected);
 }
