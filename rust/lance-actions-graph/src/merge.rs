@@ -308,15 +308,17 @@ impl Graph {
             staged.examined.insert(t.name.clone(), ids.len());
             let change = self.classify(t, &ids, &sd, &td, opts, &mut staged.conflicts);
             if target_unchanged {
+                // Taken by reference: nothing lands on the target's table, so nothing to locate.
                 staged.adopted.push(t.name.clone());
+            } else {
+                let located: BTreeMap<String, u64> = change
+                    .upserts
+                    .keys()
+                    .chain(&change.deletes)
+                    .filter_map(|id| target_address(id, &sd, &td).map(|a| (id.clone(), a)))
+                    .collect();
+                staged.located.insert(t.name.clone(), located);
             }
-            let located: BTreeMap<String, u64> = change
-                .upserts
-                .keys()
-                .chain(&change.deletes)
-                .filter_map(|id| target_address(id, &sd, &td).map(|a| (id.clone(), a)))
-                .collect();
-            staged.located.insert(t.name.clone(), located);
             if !change.is_empty() {
                 staged.changes.insert(t.name.clone(), change);
             }
