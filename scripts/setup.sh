@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the build needs when it is missing: protoc (Lance's build compiles protobufs), and a
-# private virtualenv (python/.venv) with pylance 14.0.2, maturin and pytest; then builds and installs
+# private virtualenv (python/.venv) with pylance 14.0.2, maturin, pytest, moto's S3 server, ray[data] and lance-ray; then builds and installs
 # the `lance_actions` Python package into it (dev profile, sharing the workspace's target dir).
 set -euo pipefail
 if ! command -v protoc >/dev/null 2>&1; then
@@ -17,10 +17,15 @@ if ! "$venv/bin/python" -c "import lance; assert lance.__version__ == '14.0.2'" 
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "pylance==14.0.2"
 fi
-if ! "$venv/bin/python" -c "import maturin, pytest, pandas, polars" >/dev/null 2>&1; then
-  echo "installing maturin, pytest, pandas and polars into python/.venv..."
-  # pandas and polars: the package takes their frames as input (tested).
-  "$venv/bin/pip" install -q "maturin>=1.9,<2" "pytest>=8" "pandas>=2.2" "polars>=1"
+if ! "$venv/bin/python" -c "import maturin, pytest, pandas, polars, moto.server, flask_cors" >/dev/null 2>&1; then
+  echo "installing maturin, pytest, pandas, polars and moto's S3 server into python/.venv..."
+  # pandas and polars: the package takes their frames as input (tested). moto[server]: the local
+  # S3-compatible server the object-storage tests start on a loopback port (conditional puts included).
+  "$venv/bin/pip" install -q "maturin>=1.9,<2" "pytest>=8" "pandas>=2.2" "polars>=1" "moto[server]==5.2.5"
+fi
+if ! "$venv/bin/python" -c "import ray.data, lance_ray" >/dev/null 2>&1; then
+  echo "installing ray[data] and lance-ray into python/.venv (distributed writes, python/tests/test_distributed.py)..."
+  "$venv/bin/pip" install -q "ray[data]==2.60.0" "lance-ray==0.5.0"
 fi
 # The extension links the same Lance build as the Rust tests: same profile, same target dir
 # (CARGO_TARGET_DIR when set, the workspace's target/ otherwise), so only the bindings compile here.

@@ -35,6 +35,7 @@ from .errors import (
 )
 
 __all__ = [
+    "configure_storage",
     "commit",
     "judge",
     "explain",
@@ -75,6 +76,25 @@ def _uri(target: Uri) -> str:
     return uri
 
 
+def configure_storage(prefix: str, storage_options: Dict[str, str]) -> None:
+    """Use ``storage_options`` (the keys pylance's ``storage_options`` takes, e.g.
+    ``aws_endpoint``, ``aws_access_key_id``, ``allow_http``) for every table whose uri starts with
+    ``prefix`` (a bucket ``"s3://b/"``, a table root, or ``""`` for all). Every open and create of
+    this package (tables, branches, graph tables) applies the longest matching prefix; options not
+    given come from the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), as in pylance."""
+    _native.configure_storage(prefix, {str(k): str(v) for k, v in storage_options.items()})
+
+
+def _located(target: Uri, storage_options: Optional[Dict[str, str]] = None, *, must_exist: bool = True) -> str:
+    """The uri of ``target`` with its storage options registered: those given, else those of the
+    ``lance.LanceDataset`` passed as ``target``."""
+    uri = _uri(target) if must_exist else os.fspath(getattr(target, "uri", target))
+    options = storage_options if storage_options is not None else getattr(target, "_storage_options", None)
+    if options:
+        configure_storage(uri, options)
+    return uri
+
+
 def _arrow(data: Any) -> Any:
     """Anything with the Arrow PyCapsule stream interface as is; a pandas frame or a list of row
     dicts through pyarrow."""
@@ -112,7 +132,9 @@ class CommitReport:
     attempts: List[Dict[str, Any]]
 
 
-def commit(target: Uri, txn: Any, *, max_attempts: Optional[int] = None) -> CommitReport:
+def commit(
+    target: Uri, txn: Any, *, max_attempts: Optional[int] = None, storage_options: Optional[Dict[str, str]] = None
+) -> CommitReport:
     """Commit a pylance-staged ``Transaction`` through the action driver.
 
     Every version committed since ``txn.read_version`` is judged; compatible work is rebased
@@ -123,7 +145,7 @@ def commit(target: Uri, txn: Any, *, max_attempts: Optional[int] = None) -> Comm
     ``CommitStatusUnknown``, or ``ValueError`` for a transaction kind that cannot be converted
     (see ``SUPPORTED_KINDS``); nothing is written in those cases.
     """
-    uri = _uri(target)
+    uri = _located(target, storage_options)
     doc, schema, ids = transaction_json(txn)
     report = json.loads(_native.commit(uri, doc, schema, ids, max_attempts))
     return CommitReport(report["version"], report["read_version"], report["attempts"])
@@ -162,10 +184,10 @@ class Judgement:
     latest_version: int
 
 
-def judge(target: Uri, txn: Any) -> Judgement:
+def judge(target: Uri, txn: Any, *, storage_options: Optional[Dict[str, str]] = None) -> Judgement:
     """Judge a pylance-staged ``Transaction`` against everything committed after its read
     version, with our driver and with Lance's resolver. Writes nothing."""
-    uri = _uri(target)
+    uri = _located(target, storage_options)
     doc, schema, ids = transaction_json(txn)
     j = json.loads(_native.judge(uri, doc, schema, ids))
     reason = j["reason"] or {}
@@ -183,21 +205,23 @@ def judge(target: Uri, txn: Any) -> Judgement:
     )
 
 
-def explain(target: Uri, version: Optional[int] = None) -> List[Dict[str, Any]]:
+def explain(
+    target: Uri, version: Optional[int] = None, *, storage_options: Optional[Dict[str, str]] = None
+) -> List[Dict[str, Any]]:
     """Each version (or just ``version``) as its actions: a list of dicts with ``version``,
     ``operation``, ``read_version``, ``source`` (``"encoded"`` by lance_actions or ``"lifted"``
     from a plain Lance operation) and ``actions`` (``kind``, ``summary``, ``reads``,
     ``writes``: the manifest paths of its masks). A version whose transaction was cleaned up
     has an ``error`` instead."""
-    return json.loads(_native.explain(_uri(target), version))
+    return json.loads(_native.explain(_located(target, storage_options), version))
 
 
-def log(target: Uri) -> List[Dict[str, Any]]:
+def log(target: Uri, *, storage_options: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
     """The history, newest first: per version ``operation``, ``read_version``, ``uuid``,
     ``writer`` (``"lance-actions"`` or ``"lance"``), ``actions`` (summaries), ``attempts``
     (the verdict history our commit recorded) and the other recorded ``properties``
     (replay provenance, key fencing)."""
-    return json.loads(_native.log(_uri(target)))
+    return json.loads(_native.log(_located(target, storage_options)))
 
 
 def matrix() -> Dict[str, Dict[str, Dict[str, str]]]:
@@ -244,15 +268,25 @@ class KeyedTable:
         self._native = native
 
     @classmethod
-    def create(cls, uri: Union[str, "os.PathLike[str]"], data: Any, key: Union[str, Sequence[str]] = "id") -> "KeyedTable":
+    def create(
+        cls,
+        uri: Union[str, "os.PathLike[str]"],
+        data: Any,
+        key: Union[str, Sequence[str]] = "id",
+        *,
+        storage_options: Optional[Dict[str, str]] = None,
+    ) -> "KeyedTable":
         """Create a keyed table at ``uri`` from ``data`` (any Arrow stream) keyed on ``key``.
         Keys must be non-null and unique. Raises ``FileExistsError`` if a table is there."""
-        return cls(_native.NativeKeyedTable.create(os.fspath(uri), _arrow(data), _key_list(key)))
+        location = _located(uri, storage_options, must_exist=False)
+        return cls(_native.NativeKeyedTable.create(location, _arrow(data), _key_list(key)))
 
     @classmethod
-    def open(cls, uri: Uri, branch: Optional[str] = None) -> "KeyedTable":
+    def open(
+        cls, uri: Uri, branch: Optional[str] = None, *, storage_options: Optional[Dict[str, str]] = None
+    ) -> "KeyedTable":
         """Open main (or ``branch``, by its logical name) of a keyed table for writes."""
-        return cls(_native.NativeKeyedTable.open(_uri(uri), branch))
+        return cls(_native.NativeKeyedTable.open(_located(uri, storage_options), branch))
 
     @property
     def key(self) -> List[str]:
@@ -294,11 +328,13 @@ class KeyedTable:
         return f"KeyedTable({self.uri!r}, key={self.key}, version={self.version})"
 
 
-def migrate(uri: Uri, key: Union[str, Sequence[str]] = "id") -> Dict[str, Any]:
+def migrate(
+    uri: Uri, key: Union[str, Sequence[str]] = "id", *, storage_options: Optional[Dict[str, str]] = None
+) -> Dict[str, Any]:
     """Install ``key`` as the primary key of an existing table on main and every branch, then
     stamp it. Refused (nothing stamped) if a branch holds duplicate or null keys. Returns
     ``{"key", "branches": [{"branch", "rows", "step", "version"}], "stamped"}``."""
-    return json.loads(_native.migrate(_uri(uri), _key_list(key)))
+    return json.loads(_native.migrate(_located(uri, storage_options), _key_list(key)))
 
 
 @dataclass(frozen=True)
@@ -340,8 +376,8 @@ class Branches:
     nothing of the conflicting commits; unknown branch names and versions raise ``ValueError``.
     """
 
-    def __init__(self, uri: Uri) -> None:
-        self.uri = _uri(uri)
+    def __init__(self, uri: Uri, *, storage_options: Optional[Dict[str, str]] = None) -> None:
+        self.uri = _located(uri, storage_options)
 
     def create(self, name: str, from_: str = "main", version: Optional[int] = None) -> str:
         """Create ``name`` from ``from_`` (at ``version``, or its latest); returns the physical
@@ -416,15 +452,23 @@ class Graph:
         self._native = native
 
     @classmethod
-    def init(cls, root: Union[str, "os.PathLike[str]"], schema: Union[str, Dict[str, Any]]) -> "Graph":
+    def init(
+        cls,
+        root: Union[str, "os.PathLike[str]"],
+        schema: Union[str, Dict[str, Any]],
+        *,
+        storage_options: Optional[Dict[str, str]] = None,
+    ) -> "Graph":
         """Create a graph at ``root`` (``FileExistsError`` if one is there)."""
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        return cls(_native.NativeGraph.init(os.fspath(root), text))
+        return cls(_native.NativeGraph.init(_located(root, storage_options, must_exist=False), text))
 
     @classmethod
-    def open(cls, root: Union[str, "os.PathLike[str]"]) -> "Graph":
+    def open(
+        cls, root: Union[str, "os.PathLike[str]"], *, storage_options: Optional[Dict[str, str]] = None
+    ) -> "Graph":
         """Open the graph at ``root`` (``FileNotFoundError`` if there is none)."""
-        return cls(_native.NativeGraph.open(os.fspath(root)))
+        return cls(_native.NativeGraph.open(_located(root, storage_options, must_exist=False)))
 
     @property
     def root(self) -> str:

@@ -1,10 +1,11 @@
 """Type stubs of the native half of lance_actions (``python/src``). Structured results are JSON
 text; the public wrappers in ``lance_actions`` decode them. Not a public API."""
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
+def configure_storage(prefix: str, options: Dict[str, str]) -> None: ...
 def commit(
     uri: str,
     txn_json: str,

@@ -40,7 +40,7 @@ impl Failure {
 }
 
 async fn open_latest(uri: &str) -> Result<Arc<Dataset>, Failure> {
-    Dataset::open(uri)
+    lance_actions_commit::storage::open(uri)
         .await
         .map(Arc::new)
         .map_err(|e| Failure::Lance(format!("{uri} cannot be opened as a Lance dataset"), e))

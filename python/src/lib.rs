@@ -17,6 +17,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(configure_storage, m)?)?;
     m.add_function(wrap_pyfunction!(history::commit, m)?)?;
     m.add_function(wrap_pyfunction!(history::judge, m)?)?;
     m.add_function(wrap_pyfunction!(history::explain, m)?)?;
@@ -33,4 +34,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::rebase, m)?)?;
     m.add_function(wrap_pyfunction!(replay::squash, m)?)?;
     Ok(())
+}
+
+/// Storage options for every uri under `prefix` (`lance_actions.configure_storage`).
+#[pyfunction]
+fn configure_storage(prefix: String, options: std::collections::HashMap<String, String>) -> PyResult<()> {
+    lance_actions_commit::storage::configure(&prefix, options)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }

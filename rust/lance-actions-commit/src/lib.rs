@@ -19,6 +19,7 @@ pub mod oracle;
 pub mod presence;
 pub mod retry;
 pub mod scenario;
+pub mod storage;
 
 pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};
 pub use error::{Error, Result};

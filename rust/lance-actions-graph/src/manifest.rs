@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchIterator};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use lance::Dataset;
-use lance::dataset::{WriteMode, WriteParams};
+use lance::dataset::WriteMode;
 use lance_actions::actions::update_config::UpdateConfig;
 use lance_actions::path::ConfigMap;
 use lance_actions::{ActionTxn, OperationKind};
@@ -130,7 +130,7 @@ pub async fn create(root: &str, schema_text: &str) -> Result<()> {
     let schema = Arc::new(ArrowSchema::new(vec![Field::new("unused", DataType::Utf8, true)]));
     let empty = RecordBatch::new_empty(schema.clone());
     let reader = RecordBatchIterator::new(vec![Ok(empty)], schema);
-    let params = WriteParams { mode: WriteMode::Create, ..Default::default() };
+    let params = lance_actions_commit::storage::write_params(&uri, WriteMode::Create);
     let ds = Dataset::write(reader, &uri, Some(params)).await.lance(format!("creating the graph manifest at {uri}"))?;
     let entry = UpdateMapEntry { key: SCHEMA_KEY.to_string(), value: Some(schema_text.to_string()) };
     commit_entries(&Arc::new(ds), vec![entry]).await.map_err(|e| match e {
@@ -144,7 +144,9 @@ pub async fn read(root: &str) -> Result<ManifestView> {
     if !uri.contains("://") && !std::path::Path::new(&uri).exists() {
         return Err(Error::NotAGraph { root: root.to_string() });
     }
-    let dataset = Arc::new(Dataset::open(&uri).await.lance(format!("opening the graph manifest of {root}"))?);
+    let dataset = Arc::new(
+        lance_actions_commit::storage::open(&uri).await.lance(format!("opening the graph manifest of {root}"))?,
+    );
     let config = &dataset.manifest().config;
     let mut heads = BTreeMap::new();
     let mut commits = HashMap::new();

@@ -46,7 +46,7 @@ pub async fn open_at(root: &str, t: &TypeDef, r: &TableRef) -> Result<Dataset> {
 
 /// The table of `t` as its main branch's head (to check other versions out from).
 pub async fn open_root(root: &str, t: &TypeDef) -> Result<Dataset> {
-    Dataset::open(&table_uri(root, t)).await.lance(format!("opening the {} table", t.key()))
+    lance_actions_commit::storage::open(&table_uri(root, t)).await.lance(format!("opening the {} table", t.key()))
 }
 
 /// `r`'s version of a table opened with [`open_root`] (shares its object store and caches).
@@ -196,7 +196,8 @@ async fn writable(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Result<
         }
     }
     let fork = format!("g-{owner}-{:08x}", rand::rng().random::<u32>());
-    let mut root_ds = Dataset::open(&uri).await.lance(format!("opening the {} table", t.key()))?;
+    let mut root_ds =
+        lance_actions_commit::storage::open(&uri).await.lance(format!("opening the {} table", t.key()))?;
     root_ds
         .create_branch(&fork, (r.branch.as_str(), r.version), None)
         .await

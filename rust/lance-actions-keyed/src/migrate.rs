@@ -65,7 +65,7 @@ const MAIN: &str = "main";
 /// Install `key` as the primary key of the table at `uri` on main and every branch, then stamp it.
 pub async fn migrate(uri: &str, key: &[&str]) -> Result<MigrationReport> {
     let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
-    let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+    let main = lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?;
     let mut report = MigrationReport { key: key.clone(), branches: Vec::new(), stamped: false };
     let mut done: HashSet<String> = HashSet::new();
     // Branches retired for a delete: neither writable nor gone yet, so neither done nor failed.
@@ -319,7 +319,7 @@ fn upserts(entries: &[(&str, &str)]) -> UpdateMap {
 
 /// Write the fencing stamp on main, last. Returns false when it was already there.
 async fn stamp(uri: &str) -> Result<bool> {
-    let main = Arc::new(Dataset::open(uri).await.lance(format!("opening {uri}"))?);
+    let main = Arc::new(lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?);
     if main.manifest().config.get(FENCING_FORMAT_KEY).map(String::as_str) == Some(FENCING_FORMAT) {
         return Ok(false);
     }

@@ -29,7 +29,7 @@ pub(crate) async fn stage_table(
     batches: Vec<RecordBatch>,
     config: HashMap<String, String>,
 ) -> Result<Transaction> {
-    let params = WriteParams { mode: WriteMode::Create, ..Default::default() };
+    let params = lance_actions_commit::storage::write_params(uri, WriteMode::Create);
     let mut txn = InsertBuilder::new(uri)
         .with_params(&params)
         .execute_uncommitted(batches)

@@ -266,14 +266,14 @@ impl KeyedTable {
 
     /// Open the latest version of main for keyed writes.
     pub async fn open(uri: &str) -> Result<Self> {
-        let dataset = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        let dataset = lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?;
         Self::from_dataset(Arc::new(dataset)).await
     }
 
     /// Open the latest version of a branch, by its logical name (`branch create`'s names; a plain
     /// Lance branch nobody maps is its own name), for keyed writes.
     pub async fn open_branch(uri: &str, branch: &str) -> Result<Self> {
-        let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        let main = lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?;
         let physical = branch_names::resolve(&main, branch).await.map_err(|source| Error::Branch { source })?;
         Self::open_chain(&main, physical.as_deref().unwrap_or("main")).await
     }
@@ -281,7 +281,7 @@ impl KeyedTable {
     /// Open a physical Lance branch by its physical name, for keyed writes: refused when a rebase,
     /// squash or delete retired it (the error names its successor).
     pub async fn open_physical_branch(uri: &str, physical: &str) -> Result<Self> {
-        let main = Dataset::open(uri).await.lance(format!("opening {uri}"))?;
+        let main = lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?;
         let physical =
             branch_names::resolve_physical(&main, physical).await.map_err(|source| Error::Branch { source })?;
         Self::open_chain(&main, physical.as_deref().unwrap_or("main")).await
@@ -352,7 +352,7 @@ impl KeylessTable {
     }
 
     pub async fn open(uri: &str) -> Result<Self> {
-        let dataset = Arc::new(Dataset::open(uri).await.lance(format!("opening {uri}"))?);
+        let dataset = Arc::new(lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?);
         let class = TableClass::of(&dataset.manifest().config);
         if class != TableClass::KeylessAppendOnly {
             return Err(Error::NotKeyless { uri: uri.into(), class: describe_class(&class) });

@@ -62,7 +62,7 @@ impl Branches {
 
     /// Main at its latest version: the root every branch is opened from.
     pub async fn root(&self) -> Result<Dataset> {
-        Dataset::open(&self.uri).await.lance(format!("opening {}", self.uri))
+        lance_actions_commit::storage::open(&self.uri).await.lance(format!("opening {}", self.uri))
     }
 
     /// The physical branch a logical name designates (`None` is main).

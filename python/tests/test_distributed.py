@@ -1,0 +1,101 @@
+"""Distributed writes: the no-Ray example (worker processes + a coordinator committing through
+lance_actions.commit), and Ray jobs through lance-ray's fragment writers (lance_actions.ray), on
+a local disk and on the local S3 server. Every row lands exactly once."""
+
+import os
+import sys
+import threading
+
+import lance
+import pyarrow as pa
+import pytest
+
+import lance_actions as la
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import distributed_write  # noqa: E402
+
+from test_s3 import bucket, s3  # noqa: E402,F401  (the session's S3 server fixtures)
+
+
+def ids_of(uri, options=None):
+    t = lance.dataset(uri, storage_options=options).to_table(columns=["id"])
+    ids = t.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a row landed twice"
+    return sorted(ids)
+
+
+def test_worker_processes_stage_and_a_coordinator_commits_each(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    assert distributed_write.main([uri, "--workers", "3", "--rows", "50"]) == 150
+    assert ids_of(uri) == list(range(150))
+    # Three commits after the create, each judged against the ones before it.
+    history = la.log(uri)
+    assert [h["writer"] for h in history[:3]] == ["lance-actions"] * 3
+
+
+def test_worker_processes_on_s3(s3, bucket):  # noqa: F811
+    uri = f"{bucket}/t"
+    args = [uri, "--workers", "2", "--rows", "40"] + sum((["--storage-option", f"{k}={v}"] for k, v in s3.options.items()), [])
+    assert distributed_write.main(args) == 80
+    assert ids_of(uri, s3.options) == list(range(80))
+
+
+ray = pytest.importorskip("ray", reason="ray[data] is installed by scripts/setup.sh")
+lar = pytest.importorskip("lance_actions.ray", reason="lance-ray is installed by scripts/setup.sh")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def two_concurrent_jobs(uri, options=None):
+    """Two Ray Data jobs appending disjoint ids to one table at once; their reports."""
+    reports, errors = {}, []
+
+    def job(name, start):
+        try:
+            data = ray.data.from_arrow(pa.table({"id": pa.array(range(start, start + 500), pa.int64())}))
+            reports[name] = lar.write_lance(data, uri, mode="append", storage_options=options, max_rows_per_file=100)
+        except Exception as e:  # surfaced below with the job's name
+            errors.append((name, e))
+
+    threads = [threading.Thread(target=job, args=(n, s)) for n, s in (("a", 1000), ("b", 2000))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return reports
+
+
+def check_jobs(uri, reports, options=None):
+    assert ids_of(uri, options) == list(range(0, 10)) + list(range(1000, 1500)) + list(range(2000, 2500))
+    versions = sorted(r.version for r in reports.values())
+    assert len(set(versions)) == 2, reports
+    # Each commit landed in one attempt: a peer that landed first was rebased over, not re-executed.
+    assert all(len(r.attempts) == 1 for r in reports.values()), reports
+
+
+def test_two_concurrent_ray_jobs_append_to_one_table(ray_local, tmp_path):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri)
+    check_jobs(uri, two_concurrent_jobs(uri))
+
+
+def test_two_concurrent_ray_jobs_on_s3(ray_local, s3, bucket):  # noqa: F811
+    uri = f"{bucket}/t"
+    lance.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri, storage_options=s3.options)
+    check_jobs(uri, two_concurrent_jobs(uri, s3.options), s3.options)
+
+
+def test_a_ray_append_to_a_keyed_table_is_refused_not_duplicated(ray_local, tmp_path):
+    uri = str(tmp_path / "k.lance")
+    la.KeyedTable.create(uri, pa.table({"id": pa.array(range(10), pa.int64())}), key="id")
+    data = ray.data.from_arrow(pa.table({"id": pa.array(range(5, 15), pa.int64())}))
+    with pytest.raises(la.Fail):
+        lar.write_lance(data, uri, mode="append")
+    assert ids_of(uri) == list(range(10))

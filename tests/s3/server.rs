@@ -1,0 +1,212 @@
+//! A real S3-compatible server for the tests: moto's server (installed into python/.venv by
+//! `scripts/setup.sh`) on a loopback port, reached through a small TCP relay the tests can take down
+//! and bring back (a stopped server, as the writers see it) without losing the in-memory buckets.
+//!
+//! The server is started by [`S3::start`] and stopped when the value drops; a watchdog shell also
+//! stops it if this process dies without dropping it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long moto may take to answer its first request (it imports boto and flask first).
+const STARTUP: Duration = Duration::from_secs(60);
+
+pub struct S3 {
+    server: Child,
+    /// The relay's address: what every client is given as its endpoint.
+    pub endpoint: String,
+    relay: Arc<Relay>,
+}
+
+impl S3 {
+    /// Start moto on a free loopback port and the relay in front of it.
+    pub fn start() -> Result<S3, String> {
+        let python = python()?;
+        let port = free_port()?;
+        let watchdog = format!(
+            "\"$0\" -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+             trap 'kill $m 2>/dev/null' EXIT TERM; \
+             while kill -0 {parent} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 1; done",
+            parent = std::process::id()
+        );
+        let server = Command::new("sh")
+            .args(["-c", &watchdog, python.to_str().ok_or("python path is not UTF-8")?])
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting moto: {e}"))?;
+        let upstream: SocketAddr = ([127, 0, 0, 1], port).into();
+        wait_until_serving(upstream)?;
+        let relay = Relay::start(upstream)?;
+        let endpoint = format!("http://{}", relay.addr);
+        Ok(S3 { server, endpoint, relay })
+    }
+
+    /// Create `bucket` (moto keeps it in memory for the server's life).
+    pub fn create_bucket(&self, bucket: &str) -> Result<(), String> {
+        let reply = http(
+            self.relay.upstream,
+            &format!("PUT /{bucket} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        )?;
+        if reply.starts_with("HTTP/1.1 200") {
+            Ok(())
+        } else {
+            Err(format!("creating bucket {bucket}: {}", reply.lines().next().unwrap_or("")))
+        }
+    }
+
+    /// The environment a client process is given to reach this server, as AWS SDKs and pylance read it.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            // A stopped server must surface as an error within seconds, not after the default 3 min.
+            ("OBJECT_STORE_CLIENT_MAX_RETRIES", "3".into()),
+            ("OBJECT_STORE_CLIENT_RETRY_TIMEOUT", "10".into()),
+        ]
+    }
+
+    /// Take the server away: new connections are refused and open ones are cut.
+    pub fn stop(&self) {
+        self.relay.set_up(false);
+    }
+
+    /// Bring it back, buckets and objects as they were.
+    pub fn restart(&self) {
+        self.relay.set_up(true);
+    }
+
+    /// Connections the relay has carried (a test can assert the server was really used).
+    pub fn connections(&self) -> u64 {
+        self.relay.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+fn python() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("LANCE_ACTIONS_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python/.venv/bin/python");
+    if venv.exists() {
+        return Ok(venv);
+    }
+    Err("no python with moto: run ./scripts/setup.sh (it installs moto[server] into python/.venv)".into())
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn wait_until_serving(addr: SocketAddr) -> Result<(), String> {
+    let started = Instant::now();
+    while started.elapsed() < STARTUP {
+        if let Ok(reply) = http(addr, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n") {
+            if reply.starts_with("HTTP/1.1") {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!("moto did not answer on {addr} within {STARTUP:?}"))
+}
+
+fn http(addr: SocketAddr, request: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    Ok(reply)
+}
+
+/// A byte relay in front of the server. While down it accepts and immediately closes (the client
+/// sees a reset, as from a server that went away), and every open connection is cut.
+struct Relay {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    up: AtomicBool,
+    /// Bumped on every stop: a connection opened in an earlier epoch ends at its next read.
+    epoch: AtomicU64,
+    connections: AtomicU64,
+}
+
+impl Relay {
+    fn start(upstream: SocketAddr) -> Result<Arc<Relay>, String> {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("starting the relay: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let relay = Arc::new(Relay {
+            addr,
+            upstream,
+            up: AtomicBool::new(true),
+            epoch: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+        });
+        let accepting = relay.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                accepting.serve(client);
+            }
+        });
+        Ok(relay)
+    }
+
+    fn set_up(&self, up: bool) {
+        if !up {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        self.up.store(up, Ordering::SeqCst);
+    }
+
+    fn serve(self: &Arc<Self>, client: TcpStream) {
+        if !self.up.load(Ordering::SeqCst) {
+            drop(client);
+            return;
+        }
+        let Ok(server) = TcpStream::connect(self.upstream) else { return };
+        self.connections.fetch_add(1, Ordering::SeqCst);
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        for (from, to) in [(&client, &server), (&server, &client)] {
+            let (Ok(mut from), Ok(to)) = (from.try_clone(), to.try_clone()) else { return };
+            let relay = self.clone();
+            std::thread::spawn(move || relay.pump(&mut from, to, epoch));
+        }
+    }
+
+    /// Copy bytes one way until either side closes or the relay is stopped.
+    fn pump(&self, from: &mut TcpStream, mut to: TcpStream, epoch: u64) {
+        let _ = from.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            if self.epoch.load(Ordering::SeqCst) != epoch {
+                break;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = from.shutdown(std::net::Shutdown::Both);
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    }
+}
