@@ -90,8 +90,8 @@ def test_branches_and_a_graph_on_s3(s3, bucket):
     uri = f"{bucket}/b"
     lance.write_dataset(rows(range(10)), uri, storage_options=s3.options)
     b = la.Branches(uri, storage_options=s3.options)
-    b.create("feature")
-    feature = lance.dataset(uri, storage_options=s3.options).checkout_version(("feature", None))
+    physical = b.create("feature")  # the Lance branch behind the logical name
+    feature = lance.dataset(uri, storage_options=s3.options).checkout_version((physical, None))
     lance.write_dataset(rows(range(100, 105), 3), feature, mode="append")
     lance.write_dataset(rows(range(200, 202), 4), uri, mode="append", storage_options=s3.options)
     r = b.merge("feature", into="main")

@@ -44,7 +44,11 @@ pub(crate) async fn stage_table(
 
 /// Commit a table `stage_table` staged as its version 1: fails if another writer created it first.
 pub(crate) async fn commit_table(uri: &str, txn: Transaction) -> Result<Dataset> {
-    CommitBuilder::new(uri).execute(txn).await.lance(format!("creating the table at {uri}"))
+    let mut builder = CommitBuilder::new(uri);
+    if let Some(params) = lance_actions_commit::storage::store_params(uri) {
+        builder = builder.with_store_params(params);
+    }
+    builder.execute(txn).await.lance(format!("creating the table at {uri}"))
 }
 
 /// Write `batches` as new fragments of `dataset` (ids unbound), without committing anything.
