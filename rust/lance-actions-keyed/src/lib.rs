@@ -26,6 +26,7 @@ pub use chunk::ChunkLimits;
 pub use error::{ConflictCause, Error, KeySample, Result};
 pub use key::KeySpec;
 pub use lance_actions_commit::retry::RetryPolicy;
-pub use migrate::{MigrationReport, migrate};
+pub use lance_actions_commit::progress::{Progress, Tick};
+pub use migrate::{MigrationReport, migrate, migrate_with_progress};
 pub use replace::Located;
 pub use table::{KeyedTable, KeylessTable, WriteOptions, WriteOutcome};
