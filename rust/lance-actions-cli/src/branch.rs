@@ -526,7 +526,9 @@ pub async fn run_branch(command: BranchCommand) -> Result<(), Failure> {
         BranchCommand::List { uri, all, json } => list(&uri, all, json).await,
         BranchCommand::Gc { uri, dry_run, json } => gc(&uri, dry_run, json).await,
         BranchCommand::Create { uri, name, from, version, json } => create(&uri, &name, &from, version, json).await,
-        BranchCommand::Delete { uri, name, keep_files: true, json, .. } => delete_keeping_files(&uri, &name, json).await,
+        BranchCommand::Delete { uri, name, keep_files: true, json, .. } => {
+            delete_keeping_files(&uri, &name, json).await
+        }
         BranchCommand::Delete { uri, name, materialize, json, .. } => delete(&uri, &name, materialize, json).await,
     }
 }

@@ -383,8 +383,7 @@ fn merge_resolution(conflicts: &[Conflict], from: &str, into: &str, cells: bool)
 }
 
 fn print_merge(r: &MergeReport, from: &str, into: &str, opts: &MergeOptions, as_json: bool) {
-    let resolution =
-        (r.outcome == Outcome::Conflicted).then(|| merge_resolution(&r.conflicts, from, into, opts.cells));
+    let resolution = (r.outcome == Outcome::Conflicted).then(|| merge_resolution(&r.conflicts, from, into, opts.cells));
     let dry_run = opts.dry_run;
     if as_json {
         let head = json!({

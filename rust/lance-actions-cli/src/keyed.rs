@@ -17,6 +17,7 @@ use lance_actions_keyed::{
 };
 use serde_json::json;
 
+use crate::conflicts::{LogicalNames, display_branch};
 use crate::input::{Format, json_field_order, json_lines, open_file, read_batches};
 use crate::progress::Activity;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
@@ -411,36 +412,45 @@ async fn run_migrate(uri: &str, key: &[String], as_json: bool) -> Result<(), Fai
     let report = migrate_with_progress(uri, &names, &activity.progress()).await.map_err(library_failure);
     drop(activity);
     let report = report?;
+    // The migration walks physical Lance branches: name them as the user knows them.
+    let logical: LogicalNames = match lance_actions_replay::Branches::new(uri).list().await {
+        Ok(list) => list.into_iter().map(|(name, physical)| (physical, name)).collect(),
+        Err(_) => LogicalNames::new(),
+    };
     if as_json {
-        println!("{}", migration_json(uri, &report));
+        println!("{}", migration_json(uri, &report, &logical));
     } else {
-        print_migration(uri, &report);
+        print_migration(uri, &report, &logical);
     }
     Ok(())
 }
 
-fn migration_json(uri: &str, report: &MigrationReport) -> serde_json::Value {
+fn migration_json(uri: &str, report: &MigrationReport, logical: &LogicalNames) -> serde_json::Value {
     let branches: Vec<_> = report
         .branches
         .iter()
-        .map(|b| match b.step {
-            BranchStep::AlreadyKeyed => json!({"branch": b.branch, "rows": b.rows, "step": "already_keyed"}),
-            BranchStep::Installed { version } => {
-                json!({"branch": b.branch, "rows": b.rows, "step": "installed", "version": version})
+        .map(|b| {
+            let mut out = json!({"branch": display_branch(&b.branch, logical), "physical": b.branch, "rows": b.rows});
+            match b.step {
+                BranchStep::AlreadyKeyed => out["step"] = json!("already_keyed"),
+                BranchStep::Installed { version } => {
+                    out["step"] = json!("installed");
+                    out["version"] = json!(version);
+                }
             }
+            out
         })
         .collect();
     json!({"uri": uri, "key": report.key, "branches": branches, "stamped": report.stamped})
 }
 
-fn print_migration(uri: &str, report: &MigrationReport) {
+fn print_migration(uri: &str, report: &MigrationReport, logical: &LogicalNames) {
     println!("migrate {uri} to key {:?}", report.key);
     for b in &report.branches {
+        let name = display_branch(&b.branch, logical);
         match b.step {
-            BranchStep::AlreadyKeyed => println!("  {}: already keyed, {} row(s)", b.branch, b.rows),
-            BranchStep::Installed { version } => {
-                println!("  {}: installed at v{version}, {} row(s)", b.branch, b.rows)
-            }
+            BranchStep::AlreadyKeyed => println!("  {name}: already keyed, {} row(s)", b.rows),
+            BranchStep::Installed { version } => println!("  {name}: installed at v{version}, {} row(s)", b.rows),
         }
     }
     if report.stamped {

@@ -5,7 +5,7 @@
 //!
 //! It starts as a spinner saying what runs; the first report of the library (a replayed commit, a
 //! committed chunk, a keyed branch, an examined type) turns it into a bar with counts, and the
-//! bar's last state stays on screen when the work ends, as git leaves "13/13, done".
+//! bar stays on screen where the work stopped, as git leaves "13/13, done".
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -69,7 +69,8 @@ impl Drop for Activity {
             bar.finish_and_clear();
             return;
         }
-        bar.finish();
+        // Left where the work stopped (a conflict or an error may stop it short of the end).
+        bar.abandon();
         // The bar's line ends where the bar does: the result starts on a line of its own.
         eprintln!();
     }
@@ -94,6 +95,7 @@ mod tests {
         assert_eq!((bar.length(), bar.position(), bar.prefix()), (Some(12), 2, "commits".to_string()));
         drop(activity);
         assert!(bar.is_finished());
+        assert_eq!(bar.position(), 2, "left where the work stopped, not moved to the end");
     }
 
     #[test]

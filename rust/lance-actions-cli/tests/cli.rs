@@ -356,18 +356,22 @@ async fn keyed_migrate_installs_the_key_on_every_branch_of_a_plain_table_and_fen
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("plain").to_str().expect("utf-8").to_string();
     create_plain(&uri).await;
+    let dev = cli_branch(&uri, "dev");
     let row = jsonl(dir.path(), "row.jsonl", &[r#"{"id": 0, "s": "again"}"#]);
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("main: installed at v") && out.contains("feature: installed at v"), "{out}");
+    assert!(out.contains("  dev: installed at v") && !out.contains(&dev), "a logical name, not {dev}: {out}");
     assert!(out.contains("3 row(s)") && out.contains("fencing stamp: written"), "{out}");
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(v["branches"][0]["step"], "already_keyed", "{v}");
-    assert_eq!(v["branches"][1]["branch"], "feature", "{v}");
+    assert_eq!(v["branches"][1]["branch"], "dev", "{v}");
+    assert_eq!(v["branches"][1]["physical"], dev.as_str(), "{v}");
+    assert_eq!(v["branches"][2]["branch"], "feature", "{v}");
     assert_eq!(v["stamped"], false, "{v}");
 
     let (code, _, err) = run_code(&["keyed", "migrate", &uri, "--key", "s"]);
@@ -996,7 +1000,8 @@ fn graph_commands_merge_with_conflicts_as_data() {
     let (ok, out, _) = run(&["graph", "branch", "list", root, "--json"]);
     assert!(ok);
     let list = one_json(&out);
-    let names: Vec<&str> = list["branches"].as_array().expect("branches").iter().filter_map(|b| b["branch"].as_str()).collect();
+    let names: Vec<&str> =
+        list["branches"].as_array().expect("branches").iter().filter_map(|b| b["branch"].as_str()).collect();
     assert_eq!(names, ["feature", "main"], "{list}");
     assert_eq!(list["branches"][1]["head"], commits[0]["id"], "main's head is its newest version: {list}");
 
@@ -1597,7 +1602,11 @@ async fn a_merged_branch_is_materialized_onto_main_then_deleted_with_its_files()
     let v = one_json(&run_code(&["branch", "delete", &uri, "feature", "--materialize", "--json"]).1);
     assert_eq!(v["op"], "delete", "{v}");
     let m = &v["materialized"][0];
-    assert_eq!((m["reader"].as_str(), m["fragments"].as_u64(), m["rows"].as_u64()), (Some("main"), Some(2), Some(3)), "{v}");
+    assert_eq!(
+        (m["reader"].as_str(), m["fragments"].as_u64(), m["rows"].as_u64()),
+        (Some("main"), Some(2), Some(3)),
+        "{v}"
+    );
     assert_eq!(m["pins_released"], 2, "{v}");
     assert_eq!(scan_ids(&uri).await, rows_before, "main reads the same rows");
     let main = open_branch(&uri, "main").await;
@@ -1606,7 +1615,11 @@ async fn a_merged_branch_is_materialized_onto_main_then_deleted_with_its_files()
     assert!(!Path::new(&uri).join("tree").join(&feature).exists(), "the branch's files are gone");
     let v = one_json(&run_code(&["branch", "list", &uri, "--all", "--json"]).1);
     assert_eq!((v["branches"].clone(), v["retired"].clone()), (serde_json::json!([]), serde_json::json!([])), "{v}");
-    assert_eq!(run_code(&["branch", "delete", &uri, "x", "--materialize", "--keep-files"]).0, Some(2), "one or the other");
+    assert_eq!(
+        run_code(&["branch", "delete", &uri, "x", "--materialize", "--keep-files"]).0,
+        Some(2),
+        "one or the other"
+    );
 }
 
 /// Every id of main, sorted, read by plain Lance (a full scan reads every file main references).
@@ -1713,7 +1726,10 @@ async fn a_progress_bar_with_counts_shows_on_a_terminal_only_and_never_with_json
     assert!(json.starts_with('{') && !json.contains("(dry run) ("), "{json:?}");
     let shown = on_a_terminal(&format!("merge {uri} --from feature --into main"));
     assert!(shown.contains("3/3 commits"), "the bar's last state: {shown:?}");
-    assert!(shown.contains("3/3 commits (") && shown.contains("\r\nfast-forward: merge"), "the result on its own line: {shown:?}");
+    assert!(
+        shown.contains("3/3 commits (") && shown.contains("\r\nfast-forward: merge"),
+        "the result on its own line: {shown:?}"
+    );
     assert!(shown.contains("landed 3 commits: feature@v2 -> v"), "{shown:?}");
     assert_eq!(count_where(&uri, "main", "id >= 100").await, 3);
     let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
@@ -1763,4 +1779,49 @@ fn concurrent_rebases_of_one_branch_end_in_0_or_7() {
     }
     assert_ne!(physical_of(&uri, "feature"), Some(physical), "the branch was rebased");
     eprintln!("lost races: {lost} of 6 rounds");
+}
+
+/// Two merges of one branch at once: every commit of the branch is written once, by one of them;
+/// the other reports it `adopted` (a concurrent replay had landed it) or skipped, never landed
+/// twice, and main holds each row once.
+#[tokio::test]
+async fn concurrent_merges_write_each_commit_once_and_report_the_rest_adopted() {
+    for round in 0..2 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = create_replay_table(dir.path()).await;
+        let feature = cli_branch(&uri, "feature");
+        let mut versions = Vec::new();
+        for i in 0..4 {
+            versions.push(append_ids(&uri, &feature, &[100 + i]).await);
+        }
+        let spawn = || {
+            bin()
+                .args(["merge", &uri, "--from", "feature", "--into", "main", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut written = Vec::new();
+        let mut accounted = Vec::new();
+        for child in [a, b] {
+            let out = child.wait_with_output().expect("wait");
+            assert_eq!(out.status.code(), Some(0), "round {round}: {}", String::from_utf8_lossy(&out.stdout));
+            let v = one_json(&String::from_utf8_lossy(&out.stdout));
+            for l in v["landed"].as_array().expect("landed") {
+                let version = l["source_version"].as_u64().expect("version");
+                accounted.push(version);
+                if l["adopted"] == false {
+                    written.push(version);
+                }
+            }
+            accounted.extend(v["skipped"].as_array().expect("skipped").iter().filter_map(|s| s.as_u64()));
+        }
+        written.sort_unstable();
+        assert_eq!(written, versions, "round {round}: each commit written exactly once");
+        accounted.sort_unstable();
+        accounted.dedup();
+        assert_eq!(accounted, versions, "round {round}: the other merge adopted or skipped the rest");
+        assert_eq!(count_where(&uri, "main", "id >= 100").await, 4, "round {round}: each row once");
+    }
 }

@@ -261,6 +261,7 @@ impl Graph {
                 Landed::Interfered(_) => return Ok(None),
             }
         }
+        progress.tell("tables written", total, total);
         Ok(Some(tables))
     }
 

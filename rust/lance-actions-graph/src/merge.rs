@@ -328,6 +328,7 @@ impl Graph {
                 staged.changes.insert(t.name.clone(), change);
             }
         }
+        opts.progress.tell("types examined", total, total);
         phases.push(("detect", clock.elapsed()));
         let clock = std::time::Instant::now();
         staged.conflicts.extend(validate(self.schema(), &target_snap, &staged.changes).await?);

@@ -116,11 +116,8 @@ pub(crate) fn reads_through(fragment: &Fragment, bases: &HashSet<u32>) -> bool {
 /// The names of `ds`'s indexes whose files live under one of `bases`.
 pub(crate) async fn grafted_indexes(ds: &Dataset, bases: &HashSet<u32>) -> Result<Vec<String>> {
     let indexes = ds.load_indices().await.lance("reading the indexes")?;
-    let names: BTreeSet<String> = indexes
-        .iter()
-        .filter(|i| i.base_id.is_some_and(|id| bases.contains(&id)))
-        .map(|i| i.name.clone())
-        .collect();
+    let names: BTreeSet<String> =
+        indexes.iter().filter(|i| i.base_id.is_some_and(|id| bases.contains(&id))).map(|i| i.name.clone()).collect();
     Ok(names.into_iter().collect())
 }
 

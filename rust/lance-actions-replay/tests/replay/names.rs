@@ -419,7 +419,8 @@ async fn a_materialized_branch_is_deleted_and_main_reads_its_own_copies() {
     append(&b, "feature", &range(200, 203)).await;
     b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
     delete(&b, "main", "id = 101").await;
-    let expected: Vec<i64> = range(0, 10).into_iter().chain(range(100, 115)).chain(range(200, 203)).filter(|i| *i != 101).collect();
+    let expected: Vec<i64> =
+        range(0, 10).into_iter().chain(range(100, 115)).chain(range(200, 203)).filter(|i| *i != 101).collect();
     assert_eq!(ids(&b, "main").await, expected);
     assert!(bases_read(&open(&b, "main").await).iter().any(Option::is_some), "main reads grafted files");
 
