@@ -138,7 +138,7 @@ impl NativeGraph {
             }
         };
         let g = self.graph.clone();
-        let opts = MergeOptions { dry_run, cells, strategy };
+        let opts = MergeOptions { dry_run, cells, strategy, ..Default::default() };
         let r = block_on(py, async move { g.merge(&source, &into, &opts).await })?.map_err(|e| graph_error(py, e))?;
         let data = json!({
             "outcome": r.outcome.label(),

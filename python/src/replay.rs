@@ -14,7 +14,10 @@ fn options(dry_run: bool) -> ReplayOptions {
 }
 
 fn landed_json(landed: &[Landed]) -> Value {
-    landed.iter().map(|l| json!({"source_version": l.source_version, "target_version": l.target_version})).collect()
+    landed
+        .iter()
+        .map(|l| json!({"source_version": l.source_version, "target_version": l.target_version, "adopted": l.adopted}))
+        .collect()
 }
 
 fn conflict_json(c: &Conflict) -> Value {

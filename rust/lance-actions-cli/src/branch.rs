@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
-use lance_actions_replay::{Branches, Conflict, Error, Landed, Outcome, ReplayOptions, RetiredBranch};
+use lance_actions_replay::{Branches, Conflict, Error, Landed, Materialized, Outcome, ReplayOptions, RetiredBranch};
 use serde_json::{Value, json};
 
 use crate::conflicts::{LogicalNames, Told, display_branch, resolution, tell, with_logical_names};
-use crate::progress::Spinner;
+use crate::progress::Activity;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
 /// Exit code of a replay whose outcome is conflicted.
@@ -141,8 +141,13 @@ pub enum BranchCommand {
         name: String,
         /// Delete the name but keep the branch's files, retired, while other branches read them
         /// (a merged branch); `branch gc` reclaims them once nothing does.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "materialize")]
         keep_files: bool,
+        /// First rewrite the fragments other branches read from this one (a merged branch) as
+        /// their own files, a compaction of exactly those fragments, then delete it. Their versions
+        /// from before the rewrite then no longer read.
+        #[arg(long)]
+        materialize: bool,
         #[arg(long, help = JSON_HELP)]
         json: bool,
     },
@@ -185,32 +190,32 @@ pub async fn run(command: ReplayCommand) -> Result<(), Failure> {
                 format!("{} of {from} onto {onto}", listed.join(", ")),
                 flags,
             );
-            let _spinner = spinner(&r);
-            let outcome = branches(&r.uri).await?.cherry_pick(&from, &versions, &onto, &options(&r)).await;
+            let activity = activity(&r);
+            let outcome = branches(&r.uri).await?.cherry_pick(&from, &versions, &onto, &options(&r, &activity)).await;
             (r, outcome)
         }
         ReplayCommand::Merge { uri, from, into, flags } => {
             let r = request("merge", uri, &from, &into, format!("{from} into {into}"), flags);
-            let _spinner = spinner(&r);
-            let outcome = branches(&r.uri).await?.merge(&from, &into, &options(&r)).await;
+            let activity = activity(&r);
+            let outcome = branches(&r.uri).await?.merge(&from, &into, &options(&r, &activity)).await;
             (r, outcome)
         }
         ReplayCommand::FastForward { uri, from, into, flags } => {
             let r = request("fast-forward", uri, &from, &into, format!("{into} to {from}"), flags);
-            let _spinner = spinner(&r);
-            let outcome = branches(&r.uri).await?.fast_forward(&from, &into, &options(&r)).await;
+            let activity = activity(&r);
+            let outcome = branches(&r.uri).await?.fast_forward(&from, &into, &options(&r, &activity)).await;
             (r, outcome)
         }
         ReplayCommand::Rebase { uri, branch, onto, flags } => {
             let r = request("rebase", uri, &branch, &branch, format!("{branch} onto {onto}"), flags);
-            let _spinner = spinner(&r);
-            let outcome = branches(&r.uri).await?.rebase(&branch, &onto, &options(&r)).await;
+            let activity = activity(&r);
+            let outcome = branches(&r.uri).await?.rebase(&branch, &onto, &options(&r, &activity)).await;
             (r, outcome)
         }
         ReplayCommand::Squash { uri, branch, from, to, flags } => {
             let r = request("squash", uri, &branch, &branch, format!("v{from}..=v{to} of {branch}"), flags);
-            let _spinner = spinner(&r);
-            let outcome = branches(&r.uri).await?.squash(&branch, from, to, &options(&r)).await;
+            let activity = activity(&r);
+            let outcome = branches(&r.uri).await?.squash(&branch, from, to, &options(&r, &activity)).await;
             (r, outcome)
         }
     };
@@ -251,14 +256,15 @@ fn request(
     }
 }
 
-/// "merge feature into main" on stderr while the replay runs, for an interactive user only.
-fn spinner(r: &Request) -> Spinner {
+/// "merge feature into main" on stderr while the replay runs, with the commits planned and
+/// replayed so far, for an interactive user only.
+fn activity(r: &Request) -> Activity {
     let dry = if r.dry_run { " (dry run)" } else { "" };
-    Spinner::start(format!("{} {}{dry}", r.operation, r.description), r.json)
+    Activity::start(format!("{} {}{dry}", r.operation, r.description), r.json)
 }
 
-fn options(r: &Request) -> ReplayOptions {
-    ReplayOptions { dry_run: r.dry_run, ..ReplayOptions::default() }
+fn options(r: &Request, activity: &Activity) -> ReplayOptions {
+    ReplayOptions { dry_run: r.dry_run, progress: activity.progress(), ..ReplayOptions::default() }
 }
 
 /// The branches of a dataset that opens: a missing path or a non-dataset is one clear line.
@@ -314,8 +320,21 @@ fn message(e: Error) -> Failure {
 fn in_use_message(name: &str, dependants: &[String]) -> String {
     format!(
         "cannot delete branch '{name}': {} still read(s) its data files (merged or cherry-picked commits are \
-         grafted, not copied); `branch delete --keep-files` deletes the name and keeps the files while they are \
-         read, and `branch gc` reclaims them once nothing does",
+         grafted, not copied); `branch delete --materialize` rewrites the files they read as their own and \
+         deletes the branch (their versions from before then no longer read), `branch delete --keep-files` \
+         deletes the name and keeps the files while they are read, and `branch gc` reclaims them once nothing does",
+        dependants.join(", ")
+    )
+}
+
+/// Why a branch is still read after its files were materialized onto its readers: what is left
+/// cannot be rewritten by a materialization.
+fn still_read_message(name: &str, dependants: &[String]) -> String {
+    format!(
+        "materialized, but cannot delete branch '{name}': {} still read(s) it: a branch created from \
+         '{name}' (merge or delete it first), a retired branch (`branch gc` reclaims it once nothing reads \
+         it), an index built on '{name}' and merged (rebuild it on the reader), or a replay that landed \
+         meanwhile (run this again); `branch delete --keep-files` deletes the name now",
         dependants.join(", ")
     )
 }
@@ -371,7 +390,7 @@ fn outcome_json(r: &Request, outcome: &Outcome, logical: &LogicalNames, told: &[
     let landed: Vec<_> = p
         .landed
         .iter()
-        .map(|l| json!({"source_version": l.source_version, "target_version": l.target_version}))
+        .map(|l| json!({"source_version": l.source_version, "target_version": l.target_version, "adopted": l.adopted}))
         .collect();
     let conflicts: Vec<_> = p
         .conflicts
@@ -422,15 +441,20 @@ fn summary(r: &Request, outcome: &Outcome) -> String {
         line.push_str(" (dry run, nothing written)");
     }
     let verb = if r.dry_run { "would land" } else { "landed" };
-    if p.landed.is_empty() {
-        if !matches!(outcome, Outcome::Conflicted { .. }) {
-            line.push_str("; nothing to replay");
-        }
-    } else {
-        let pairs: Vec<String> =
-            p.landed.iter().map(|l| format!("{}@v{} -> v{}", r.source, l.source_version, l.target_version)).collect();
-        let before = if matches!(outcome, Outcome::Conflicted { .. }) { " before the conflict" } else { "" };
-        line.push_str(&format!("; {verb}{before} {}", pairs.join(", ")));
+    let before = if matches!(outcome, Outcome::Conflicted { .. }) { " before the conflict" } else { "" };
+    let (adopted, written): (Vec<&Landed>, Vec<&Landed>) = p.landed.iter().partition(|l| l.adopted);
+    if p.landed.is_empty() && !matches!(outcome, Outcome::Conflicted { .. }) {
+        line.push_str("; nothing to replay");
+    }
+    if !written.is_empty() {
+        line.push_str(&format!("; {verb}{before} {}: {}", commits(written.len()), pairs(r, &written)));
+    }
+    if !adopted.is_empty() {
+        line.push_str(&format!(
+            "; adopted{before} {} a concurrent replay had landed already: {}",
+            commits(adopted.len()),
+            pairs(r, &adopted)
+        ));
     }
     if !p.skipped.is_empty() {
         let skipped: Vec<String> = p.skipped.iter().map(|v| format!("v{v}")).collect();
@@ -448,6 +472,18 @@ fn summary(r: &Request, outcome: &Outcome) -> String {
         }
     }
     line
+}
+
+/// "1 commit", "3 commits".
+fn commits(n: usize) -> String {
+    if n == 1 { "1 commit".to_string() } else { format!("{n} commits") }
+}
+
+/// "feature@v2 -> v5, feature@v3 -> v6": each source commit and the target version it is at.
+fn pairs(r: &Request, landed: &[&Landed]) -> String {
+    let pairs: Vec<String> =
+        landed.iter().map(|l| format!("{}@v{} -> v{}", r.source, l.source_version, l.target_version)).collect();
+    pairs.join(", ")
 }
 
 /// The conflicts as a table: source branch@version, our action, the target version it conflicts
@@ -490,8 +526,10 @@ pub async fn run_branch(command: BranchCommand) -> Result<(), Failure> {
         BranchCommand::List { uri, all, json } => list(&uri, all, json).await,
         BranchCommand::Gc { uri, dry_run, json } => gc(&uri, dry_run, json).await,
         BranchCommand::Create { uri, name, from, version, json } => create(&uri, &name, &from, version, json).await,
-        BranchCommand::Delete { uri, name, keep_files: false, json } => delete(&uri, &name, json).await,
-        BranchCommand::Delete { uri, name, keep_files: true, json } => delete_keeping_files(&uri, &name, json).await,
+        BranchCommand::Delete { uri, name, keep_files: true, json, .. } => {
+            delete_keeping_files(&uri, &name, json).await
+        }
+        BranchCommand::Delete { uri, name, materialize, json, .. } => delete(&uri, &name, materialize, json).await,
     }
 }
 
@@ -619,32 +657,109 @@ async fn delete_keeping_files(uri: &str, name: &str, as_json: bool) -> Result<()
     Ok(())
 }
 
-async fn delete(uri: &str, name: &str, as_json: bool) -> Result<(), Failure> {
+async fn delete(uri: &str, name: &str, materialize: bool, as_json: bool) -> Result<(), Failure> {
     let b = branches(uri).await?;
+    let logical = logical_of_physical(&b).await;
+    let materialized = if materialize {
+        let activity = Activity::start(format!("materializing '{name}' onto the branches that read it"), as_json);
+        let done = b.materialize(name).await.map_err(message);
+        drop(activity);
+        let done = done?;
+        if !as_json {
+            print_materialized(name, &done, &logical);
+        }
+        Some(done)
+    } else {
+        None
+    };
     match b.delete(name).await {
         Ok(()) => {}
         // The dependants come back as physical branches: name them as the user knows them.
         Err(Error::InUse { name, dependants }) => {
-            let logical: BTreeMap<String, String> = match b.list().await {
-                Ok(list) => list.into_iter().map(|(logical, physical)| (physical, logical)).collect(),
-                Err(_) => BTreeMap::new(),
-            };
-            let dependants = dependants.iter().map(|d| display_branch(d, &logical).to_string()).collect();
+            let dependants: Vec<String> = dependants.iter().map(|d| display_branch(d, &logical).to_string()).collect();
+            if materialize {
+                return Err(Failure::new(Kind::Other, still_read_message(&name, &dependants)));
+            }
             return Err(message(Error::InUse { name, dependants }));
         }
         Err(e) => return Err(message(e)),
     }
     if as_json {
-        println!("{}", json!({"op": "delete", "name": name}));
+        let mut out = json!({"op": "delete", "name": name});
+        if let Some(done) = &materialized {
+            out["materialized"] = Value::Array(done.iter().map(|m| materialized_json(m, &logical)).collect());
+        }
+        println!("{out}");
     } else {
         println!("deleted branch '{name}'");
     }
     Ok(())
 }
 
+/// Physical branch -> logical name; empty when the names cannot be listed (physical names then).
+async fn logical_of_physical(b: &Branches) -> LogicalNames {
+    match b.list().await {
+        Ok(list) => list.into_iter().map(|(logical, physical)| (physical, logical)).collect(),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn materialized_json(m: &Materialized, logical: &LogicalNames) -> Value {
+    json!({
+        "reader": display_branch(&m.reader, logical), "fragments": m.fragments, "rows": m.rows,
+        "version": m.version, "pins_released": m.pins_released, "indexes_left": m.indexes_left,
+    })
+}
+
+/// "materialized 'feature' onto main: 2 fragment(s), 40 row(s) rewritten as its own files (now v7),
+/// 2 graft pin(s) released".
+fn print_materialized(name: &str, done: &[Materialized], logical: &LogicalNames) {
+    if done.is_empty() {
+        println!("materialized '{name}': no branch reads its files");
+    }
+    for m in done {
+        let reader = display_branch(&m.reader, logical);
+        let mut line = format!(
+            "materialized '{name}' onto {reader}: {} fragment(s), {} row(s) rewritten as its own files (now v{}), \
+             {} graft pin(s) released",
+            m.fragments, m.rows, m.version, m.pins_released
+        );
+        if !m.indexes_left.is_empty() {
+            line.push_str(&format!("; index(es) {} still read '{name}'", m.indexes_left.join(", ")));
+        }
+        println!("{line}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A merge counts the commits it wrote, and names those a concurrent merge had landed first
+    /// as adopted rather than landed (the two merges race; the CLI test of concurrent merges
+    /// cannot choose which one adopts).
+    #[test]
+    fn a_summary_counts_commits_and_says_which_were_adopted() {
+        let r = Request {
+            operation: "merge",
+            uri: "t".into(),
+            source: "feature".into(),
+            target: "main".into(),
+            description: "feature into main".into(),
+            dry_run: false,
+            json: false,
+        };
+        let at = |s, t, adopted| Landed { source_version: s, target_version: t, adopted };
+        let landed = vec![at(2, 5, false), at(3, 6, true), at(4, 7, false)];
+        let line = summary(&r, &Outcome::Merged { landed, skipped: vec![] });
+        assert_eq!(
+            line,
+            "merged: merge feature into main; landed 2 commits: feature@v2 -> v5, feature@v4 -> v7; \
+             adopted 1 commit a concurrent replay had landed already: feature@v3 -> v6"
+        );
+        let one = summary(&r, &Outcome::FastForward { landed: vec![at(2, 2, false)], skipped: vec![] });
+        assert_eq!(one, "fast-forward: merge feature into main; landed 1 commit: feature@v2 -> v2");
+    }
 
     /// The replay errors scripts branch on get their own documented exit codes; the race cannot be
     /// provoked from outside a process on demand, so its mapping is checked here on the real error.

@@ -11,7 +11,8 @@ Exit codes:
   1  an error: no such path, not a Lance dataset, unreadable input, Lance I/O
   2  usage: an unknown command or option, a missing or invalid argument
   3  conflict: a key conflict, a conflicted merge/replay, a graph conflict or
-     constraint violation; nothing was written
+     constraint violation; nothing was written (a replay a concurrent writer
+     stopped part way keeps what landed before, and says so)
   4  retry: check's verdict is retry; a commit gave up after other writers kept landing
   5  fail: check's verdict is fail; a commit was refused as incompatible
   6  fast-forward refused: the target has commits of its own since the fork

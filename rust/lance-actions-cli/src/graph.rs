@@ -13,7 +13,7 @@ use serde_json::{Value as Json, json};
 
 use crate::Kind as FailureKind;
 use crate::input::{Format, json_lines, read_batches};
-use crate::progress::Spinner;
+use crate::progress::Activity;
 use crate::{Failure, JSON_HELP, first_line};
 
 /// The help text of `<ROOT>`.
@@ -75,6 +75,10 @@ pub enum GraphCommand {
         /// The graph branch to read (default main).
         #[arg(long)]
         branch: Option<String>,
+        /// Print one JSON object, {"type", "branch", "rows": [...]}, instead of one row per line;
+        /// errors too, as {"error": {"kind", "message"}}.
+        #[arg(long)]
+        json: bool,
     },
     /// Build a BTree index on `id` in every table of a branch (one graph version), so writes and
     /// merges take Lance's indexed paths.
@@ -173,7 +177,7 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
             let branches = open(&root).await?.branches().await.map_err(message)?;
             if json {
                 let list: Vec<Json> = branches.iter().map(|(b, head)| json!({"branch": b, "head": head})).collect();
-                println!("{}", Json::Array(list));
+                println!("{}", json!({"root": root, "branches": list}));
             } else {
                 branches.iter().for_each(|(b, head)| println!("{b}\t{head}"));
             }
@@ -188,20 +192,25 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
                 StrategyArg::Ours => Strategy::Ours,
                 StrategyArg::Theirs => Strategy::Theirs,
             };
-            let opts = MergeOptions { dry_run, cells, strategy };
             let graph = open(&root).await?;
-            let spinner = Spinner::start(format!("merging graph branch '{from}' into '{into}'"), json);
+            let activity = Activity::start(format!("merging graph branch '{from}' into '{into}'"), json);
+            let opts = MergeOptions { dry_run, cells, strategy, progress: activity.progress() };
             let report = graph.merge(&from, &into, &opts).await.map_err(message);
-            drop(spinner);
+            drop(activity);
             let report = report?;
-            print_merge(&report, &from, &into, dry_run, json);
+            print_merge(&report, &from, &into, &opts, json);
             if report.outcome == Outcome::Conflicted { Err(Failure::Reported { code: 3 }) } else { Ok(()) }
         }
-        GraphCommand::Export { root, type_name, branch } => {
+        GraphCommand::Export { root, type_name, branch, json } => {
             let g = open(&root).await?;
             let t = g.schema().get(&type_name).map_err(message)?.clone();
-            for row in g.scan(branch.as_deref().unwrap_or("main"), &type_name).await.map_err(message)? {
-                println!("{}", row_to_json(&t, &row));
+            let branch = branch.unwrap_or_else(|| "main".into());
+            let rows = g.scan(&branch, &type_name).await.map_err(message)?;
+            if json {
+                let rows: Vec<Json> = rows.iter().map(|row| row_to_json(&t, row)).collect();
+                println!("{}", json!({"type": t.key(), "branch": branch, "rows": rows}));
+            } else {
+                rows.iter().for_each(|row| println!("{}", row_to_json(&t, row)));
             }
             Ok(())
         }
@@ -218,14 +227,15 @@ pub async fn run(command: GraphCommand) -> Result<(), Failure> {
         GraphCommand::Log { root, branch, json } => {
             let branch = branch.unwrap_or_else(|| "main".into());
             let log = open(&root).await?.log(&branch).await.map_err(message)?;
+            if json {
+                let commits: Vec<Json> = log.iter().map(|c| c.to_json()).collect();
+                println!("{}", json!({"root": root, "branch": branch, "commits": commits}));
+                return Ok(());
+            }
             for c in log {
-                if json {
-                    println!("{}", c.to_json());
-                } else {
-                    let tables: Vec<String> =
-                        c.tables.iter().map(|(t, r)| format!("{t}@{}:v{}", r.branch, r.version)).collect();
-                    println!("{} parents=[{}] {}", c.id, c.parents.join(","), tables.join(" "));
-                }
+                let tables: Vec<String> =
+                    c.tables.iter().map(|(t, r)| format!("{t}@{}:v{}", r.branch, r.version)).collect();
+                println!("{} parents=[{}] {}", c.id, c.parents.join(","), tables.join(" "));
             }
             Ok(())
         }
@@ -346,11 +356,40 @@ fn written_phrase(r: &MergeReport, dry_run: bool) -> String {
     out
 }
 
-fn print_merge(r: &MergeReport, from: &str, into: &str, dry_run: bool, as_json: bool) {
+/// What would resolve the conflicts of a graph merge. Merging again as it is meets the same rows,
+/// so it never says "retry": row conflicts (an id changed differently on both sides) have a
+/// strategy that picks a side, `--cells` merges updates of different properties, and constraint
+/// violations of the merged graph are resolved on a branch only.
+fn merge_resolution(conflicts: &[Conflict], from: &str, into: &str, cells: bool) -> String {
+    let rows = conflicts.iter().filter(|c| c.kind.is_row_conflict()).count();
+    let violations = conflicts.len() - rows;
+    let on_branch = format!("resolve on '{from}' (or on '{into}'), then merge again");
+    let mut out = Vec::new();
+    if rows > 0 {
+        let updates = conflicts.iter().any(|c| c.kind == lance_actions_graph::ConflictKind::DivergentUpdate);
+        let cells = if updates && !cells { "; --cells merges updates of different properties" } else { "" };
+        out.push(format!(
+            "{rows} row conflict(s): --strategy ours keeps the rows of '{into}', --strategy theirs takes those of \
+             '{from}'{cells}; \
+             or {on_branch}"
+        ));
+    }
+    if violations > 0 {
+        out.push(format!(
+            "{violations} constraint violation(s) of the merged graph: no strategy removes them; {on_branch}"
+        ));
+    }
+    out.join("; ")
+}
+
+fn print_merge(r: &MergeReport, from: &str, into: &str, opts: &MergeOptions, as_json: bool) {
+    let resolution = (r.outcome == Outcome::Conflicted).then(|| merge_resolution(&r.conflicts, from, into, opts.cells));
+    let dry_run = opts.dry_run;
     if as_json {
         let head = json!({
             "outcome": r.outcome.label(), "from": from, "into": into, "dry_run": dry_run, "base": r.base,
             "commit": r.commit, "examined": r.examined, "written": r.written, "adopted": r.adopted,
+            "resolution": resolution,
         });
         print_conflicts(&r.conflicts, true, head);
         return;
@@ -359,6 +398,7 @@ fn print_merge(r: &MergeReport, from: &str, into: &str, dry_run: bool, as_json: 
         Outcome::Conflicted => {
             println!("merge of '{from}' into '{into}': {} conflict(s), nothing written", r.conflicts.len());
             print_conflicts(&r.conflicts, false, Json::Null);
+            println!("{}", resolution.unwrap_or_default());
         }
         other => println!(
             "merge of '{from}' into '{into}': {}{}{}",

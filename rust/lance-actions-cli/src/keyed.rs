@@ -12,11 +12,14 @@ use clap::{Args, Subcommand};
 use lance::deps::arrow_array::RecordBatch;
 use lance::deps::arrow_schema::{DataType, Schema, SchemaRef};
 use lance_actions_keyed::migrate::BranchStep;
-use lance_actions_keyed::{ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOutcome, migrate};
+use lance_actions_keyed::{
+    ConflictCause, Error, KeySample, KeyedTable, MigrationReport, WriteOptions, WriteOutcome, migrate_with_progress,
+};
 use serde_json::json;
 
+use crate::conflicts::{LogicalNames, display_branch};
 use crate::input::{Format, json_field_order, json_lines, open_file, read_batches};
-use crate::progress::Spinner;
+use crate::progress::Activity;
 use crate::{Failure, JSON_HELP, Kind, URI_HELP, first_line};
 
 /// The help text of `--input`.
@@ -129,14 +132,15 @@ async fn write(kind: WriteKind, args: WriteArgs) -> Result<(), Failure> {
     let batches = read_rows(kind, &table, &args.input)?;
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let on = args.branch.as_deref().unwrap_or("main");
-    let spinner = Spinner::start(format!("{} {rows} row(s) on {on}", kind.label()), args.json);
+    let activity = Activity::start(format!("{} {rows} row(s) on {on}", kind.label()), args.json);
+    table = table.with_options(WriteOptions { progress: activity.progress(), ..WriteOptions::default() });
     let result = match kind {
         WriteKind::Insert => table.insert(batches).await,
         WriteKind::Upsert => table.upsert(batches).await,
         WriteKind::Update => table.update(batches).await,
         WriteKind::Delete => table.delete(batches).await,
     };
-    drop(spinner);
+    drop(activity);
     let outcome = result.map_err(|e| failure(e, &key, args.json))?;
     print_outcome(kind, &args, &outcome);
     Ok(())
@@ -404,40 +408,49 @@ fn conflict_message(keys: &KeySample, cause: ConflictCause, key: &[String]) -> S
 async fn run_migrate(uri: &str, key: &[String], as_json: bool) -> Result<(), Failure> {
     crate::open(uri).await?;
     let names: Vec<&str> = key.iter().map(String::as_str).collect();
-    let spinner = Spinner::start(format!("migrating {uri} to key {key:?}, main and every branch"), as_json);
-    let report = migrate(uri, &names).await.map_err(library_failure);
-    drop(spinner);
+    let activity = Activity::start(format!("migrating {uri} to key {key:?}, main and every branch"), as_json);
+    let report = migrate_with_progress(uri, &names, &activity.progress()).await.map_err(library_failure);
+    drop(activity);
     let report = report?;
+    // The migration walks physical Lance branches: name them as the user knows them.
+    let logical: LogicalNames = match lance_actions_replay::Branches::new(uri).list().await {
+        Ok(list) => list.into_iter().map(|(name, physical)| (physical, name)).collect(),
+        Err(_) => LogicalNames::new(),
+    };
     if as_json {
-        println!("{}", migration_json(uri, &report));
+        println!("{}", migration_json(uri, &report, &logical));
     } else {
-        print_migration(uri, &report);
+        print_migration(uri, &report, &logical);
     }
     Ok(())
 }
 
-fn migration_json(uri: &str, report: &MigrationReport) -> serde_json::Value {
+fn migration_json(uri: &str, report: &MigrationReport, logical: &LogicalNames) -> serde_json::Value {
     let branches: Vec<_> = report
         .branches
         .iter()
-        .map(|b| match b.step {
-            BranchStep::AlreadyKeyed => json!({"branch": b.branch, "rows": b.rows, "step": "already_keyed"}),
-            BranchStep::Installed { version } => {
-                json!({"branch": b.branch, "rows": b.rows, "step": "installed", "version": version})
+        .map(|b| {
+            let mut out = json!({"branch": display_branch(&b.branch, logical), "physical": b.branch, "rows": b.rows});
+            match b.step {
+                BranchStep::AlreadyKeyed => out["step"] = json!("already_keyed"),
+                BranchStep::Installed { version } => {
+                    out["step"] = json!("installed");
+                    out["version"] = json!(version);
+                }
             }
+            out
         })
         .collect();
     json!({"uri": uri, "key": report.key, "branches": branches, "stamped": report.stamped})
 }
 
-fn print_migration(uri: &str, report: &MigrationReport) {
+fn print_migration(uri: &str, report: &MigrationReport, logical: &LogicalNames) {
     println!("migrate {uri} to key {:?}", report.key);
     for b in &report.branches {
+        let name = display_branch(&b.branch, logical);
         match b.step {
-            BranchStep::AlreadyKeyed => println!("  {}: already keyed, {} row(s)", b.branch, b.rows),
-            BranchStep::Installed { version } => {
-                println!("  {}: installed at v{version}, {} row(s)", b.branch, b.rows)
-            }
+            BranchStep::AlreadyKeyed => println!("  {name}: already keyed, {} row(s)", b.rows),
+            BranchStep::Installed { version } => println!("  {name}: installed at v{version}, {} row(s)", b.rows),
         }
     }
     if report.stamped {

@@ -303,6 +303,24 @@ mod tests {
         assert!(count > 100, "the walk reached every command: {count} arguments");
     }
 
+    /// Every command takes `--json` (so a script gets one JSON object, errors included), from
+    /// `matrix` to `graph export`.
+    #[test]
+    fn every_command_takes_json() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            let leaves: Vec<_> = cmd.get_subcommands().filter(|s| s.get_name() != "help").collect();
+            if leaves.is_empty() && !cmd.get_arguments().any(|a| a.get_id() == "json") {
+                missing.push(path.clone());
+            }
+            leaves.into_iter().for_each(|s| walk(s, &path, missing));
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "without --json: {missing:#?}");
+    }
+
     #[test]
     fn lance_source_locations_are_dropped_from_user_messages() {
         let raw = "reading node:Person: LanceError(IO): Not found: /g/t.lance/data/x.lance, \

@@ -356,18 +356,22 @@ async fn keyed_migrate_installs_the_key_on_every_branch_of_a_plain_table_and_fen
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("plain").to_str().expect("utf-8").to_string();
     create_plain(&uri).await;
+    let dev = cli_branch(&uri, "dev");
     let row = jsonl(dir.path(), "row.jsonl", &[r#"{"id": 0, "s": "again"}"#]);
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("main: installed at v") && out.contains("feature: installed at v"), "{out}");
+    assert!(out.contains("  dev: installed at v") && !out.contains(&dev), "a logical name, not {dev}: {out}");
     assert!(out.contains("3 row(s)") && out.contains("fencing stamp: written"), "{out}");
 
     let (code, out, err) = run_code(&["keyed", "migrate", &uri, "--key", "id", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert_eq!(v["branches"][0]["step"], "already_keyed", "{v}");
-    assert_eq!(v["branches"][1]["branch"], "feature", "{v}");
+    assert_eq!(v["branches"][1]["branch"], "dev", "{v}");
+    assert_eq!(v["branches"][1]["physical"], dev.as_str(), "{v}");
+    assert_eq!(v["branches"][2]["branch"], "feature", "{v}");
     assert_eq!(v["stamped"], false, "{v}");
 
     let (code, _, err) = run_code(&["keyed", "migrate", &uri, "--key", "s"]);
@@ -652,7 +656,7 @@ async fn cherry_pick_replays_one_version_only() {
     assert_eq!(out.trim().lines().count(), 1, "{out}");
     assert!(
         out.starts_with(&format!(
-            "cherry-picked: cherry-pick v{picked} of feature onto main; landed feature@v{picked} -> v"
+            "cherry-picked: cherry-pick v{picked} of feature onto main; landed 1 commit: feature@v{picked} -> v"
         )),
         "{out}"
     );
@@ -962,6 +966,14 @@ fn graph_commands_merge_with_conflicts_as_data() {
     assert_eq!(v["conflicts"][0]["kind"], "divergent_update");
     assert_eq!(v["conflicts"][0]["type"], "node:Person");
     assert_eq!(v["conflicts"][0]["id"], "p1");
+    // What would resolve it: a strategy that picks a side, or a change on a branch; never "retry".
+    let resolution = v["resolution"].as_str().expect("a resolution");
+    for expected in ["--strategy ours keeps the rows of 'main'", "--strategy theirs", "--cells", "then merge again"] {
+        assert!(resolution.contains(expected), "{expected:?} in {resolution}");
+    }
+    let (code, text, _) = run_code(&["graph", "merge", root, "--from", "feature", "--into", "main"]);
+    assert_eq!(code, Some(3));
+    assert!(text.contains(resolution) && !text.to_lowercase().contains("retry"), "{text}");
     let (ok, out, err) =
         run(&["graph", "merge", root, "--from", "feature", "--into", "main", "--strategy", "theirs", "--json"]);
     assert!(ok, "{err}");
@@ -977,10 +989,21 @@ fn graph_commands_merge_with_conflicts_as_data() {
     assert_eq!(run(&["graph", "export", root, "--type", "Person"]).1, out, "an index build changed rows");
     let (ok, out, _) = run(&["graph", "log", root, "--json"]);
     assert!(ok);
-    let first: serde_json::Value = serde_json::from_str(out.lines().next().expect("a line")).expect("json");
-    assert_eq!(first["parents"].as_array().map(Vec::len), Some(1), "the index build is one graph version");
-    let second: serde_json::Value = serde_json::from_str(out.lines().nth(1).expect("a line")).expect("json");
-    assert_eq!(second["parents"].as_array().map(Vec::len), Some(2), "the merge has two parents");
+    let log = one_json(&out);
+    assert_eq!(log["branch"], "main", "{log}");
+    let commits = log["commits"].as_array().expect("commits");
+    assert_eq!(commits[0]["parents"].as_array().map(Vec::len), Some(1), "the index build is one graph version");
+    assert_eq!(commits[1]["parents"].as_array().map(Vec::len), Some(2), "the merge has two parents");
+    let (ok, text, _) = run(&["graph", "log", root]);
+    assert!(ok);
+    assert_eq!(text.lines().count(), commits.len(), "the same versions in text and JSON: {text}");
+    let (ok, out, _) = run(&["graph", "branch", "list", root, "--json"]);
+    assert!(ok);
+    let list = one_json(&out);
+    let names: Vec<&str> =
+        list["branches"].as_array().expect("branches").iter().filter_map(|b| b["branch"].as_str()).collect();
+    assert_eq!(names, ["feature", "main"], "{list}");
+    assert_eq!(list["branches"][1]["head"], commits[0]["id"], "main's head is its newest version: {list}");
 
     // Bad input: one line, exit 1, nothing written.
     let before = run(&["graph", "export", root, "--type", "Person"]).1;
@@ -1558,6 +1581,59 @@ async fn keyed_tables_are_created_and_written_from_parquet() {
     assert_eq!(code, Some(3), "the same keys again are a key conflict: {err}");
 }
 
+/// `branch delete --materialize`: main's fragments read from the merged branch are rewritten as
+/// main's own files (the rows, a row deleted after the merge included, exactly as before), then
+/// the branch is deleted with its files; main reads every row from its own directory.
+#[tokio::test]
+async fn a_merged_branch_is_materialized_onto_main_then_deleted_with_its_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = create_replay_table(dir.path()).await;
+    let feature = cli_branch(&uri, "feature");
+    append_ids(&uri, &feature, &[100, 101, 102]).await;
+    append_ids(&uri, &feature, &[200]).await;
+    assert_eq!(run_code(&["merge", &uri, "--from", "feature", "--into", "main"]).0, Some(0));
+    delete_where(&uri, "main", "id = 101").await;
+    let (code, _, err) = run_code(&["branch", "delete", &uri, "feature"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("main still read(s) its data files") && err.contains("branch delete --materialize"), "{err}");
+    let rows_before = scan_ids(&uri).await;
+    assert_eq!(rows_before.len(), 13);
+
+    let v = one_json(&run_code(&["branch", "delete", &uri, "feature", "--materialize", "--json"]).1);
+    assert_eq!(v["op"], "delete", "{v}");
+    let m = &v["materialized"][0];
+    assert_eq!(
+        (m["reader"].as_str(), m["fragments"].as_u64(), m["rows"].as_u64()),
+        (Some("main"), Some(2), Some(3)),
+        "{v}"
+    );
+    assert_eq!(m["pins_released"], 2, "{v}");
+    assert_eq!(scan_ids(&uri).await, rows_before, "main reads the same rows");
+    let main = open_branch(&uri, "main").await;
+    let grafted = main.manifest().fragments.iter().flat_map(|f| f.files.iter()).filter(|f| f.base_id.is_some()).count();
+    assert_eq!(grafted, 0, "main reads only its own files");
+    assert!(!Path::new(&uri).join("tree").join(&feature).exists(), "the branch's files are gone");
+    let v = one_json(&run_code(&["branch", "list", &uri, "--all", "--json"]).1);
+    assert_eq!((v["branches"].clone(), v["retired"].clone()), (serde_json::json!([]), serde_json::json!([])), "{v}");
+    assert_eq!(
+        run_code(&["branch", "delete", &uri, "x", "--materialize", "--keep-files"]).0,
+        Some(2),
+        "one or the other"
+    );
+}
+
+/// Every id of main, sorted, read by plain Lance (a full scan reads every file main references).
+async fn scan_ids(uri: &str) -> Vec<i64> {
+    use lance::deps::arrow_array::Int64Array;
+    let ds = open_branch(uri, "main").await;
+    let mut scanner = ds.scan();
+    scanner.project(&["id"]).expect("project");
+    let batch = scanner.try_into_batch().await.expect("scan");
+    let mut ids: Vec<i64> = batch.column(0).as_any().downcast_ref::<Int64Array>().expect("ids").values().to_vec();
+    ids.sort_unstable();
+    ids
+}
+
 /// Deleting a merged branch: refused, naming what reads it and the way out; `--keep-files` then
 /// deletes the name, keeps the files main reads (retired, listed by `branch list --all`, kept by
 /// `branch gc`), and the name is free again.
@@ -1627,25 +1703,35 @@ fn a_multi_chunk_write_is_summarised_in_commits() {
     assert!(out.ends_with("at v5 in 1 commit\n"), "{out}");
 }
 
-/// On a terminal a replay shows a spinner on stderr while it runs, cleared before the result; with
-/// `--json`, or piped, nothing but the result is printed. The terminal is a real pseudo-terminal
-/// from `script` (util-linux, on every Debian).
+/// On a terminal a replay shows a spinner on stderr while it runs, then a bar with counts that
+/// stays in its last state ("3/3 commits"); with `--json`, or piped, nothing but the result is
+/// printed. The terminal is a real pseudo-terminal from `script` (util-linux, on every Debian).
 #[tokio::test]
-async fn a_spinner_shows_on_a_terminal_only_and_never_with_json() {
+async fn a_progress_bar_with_counts_shows_on_a_terminal_only_and_never_with_json() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = create_replay_table(dir.path()).await;
     let feature = cli_branch(&uri, "feature");
-    append_ids(&uri, &feature, &[100]).await;
+    for i in 0..3 {
+        append_ids(&uri, &feature, &[100 + i]).await;
+    }
     let on_a_terminal = |args: &str| {
         let command = format!("{} {args}", env!("CARGO_BIN_EXE_lance-actions"));
         let out = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("script (util-linux)");
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let shown = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run"));
-    assert!(shown.contains("merge feature into main (dry run) ("), "the spinner: {shown:?}");
-    assert!(shown.contains("merged: merge feature into main") || shown.contains("fast-forward: merge"), "{shown:?}");
+    assert!(shown.contains("merge feature into main (dry run) "), "the spinner: {shown:?}");
+    assert!(shown.contains("fast-forward: merge feature into main"), "{shown:?}");
     let json = on_a_terminal(&format!("merge {uri} --from feature --into main --dry-run --json"));
     assert!(json.starts_with('{') && !json.contains("(dry run) ("), "{json:?}");
+    let shown = on_a_terminal(&format!("merge {uri} --from feature --into main"));
+    assert!(shown.contains("3/3 commits"), "the bar's last state: {shown:?}");
+    assert!(
+        shown.contains("3/3 commits (") && shown.contains("\r\nfast-forward: merge"),
+        "the result on its own line: {shown:?}"
+    );
+    assert!(shown.contains("landed 3 commits: feature@v2 -> v"), "{shown:?}");
+    assert_eq!(count_where(&uri, "main", "id >= 100").await, 3);
     let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
     assert_eq!(code, Some(0));
     assert!(err.is_empty() && out.lines().count() == 1, "piped: the result only: {out:?} {err:?}");
@@ -1693,4 +1779,49 @@ fn concurrent_rebases_of_one_branch_end_in_0_or_7() {
     }
     assert_ne!(physical_of(&uri, "feature"), Some(physical), "the branch was rebased");
     eprintln!("lost races: {lost} of 6 rounds");
+}
+
+/// Two merges of one branch at once: every commit of the branch is written once, by one of them;
+/// the other reports it `adopted` (a concurrent replay had landed it) or skipped, never landed
+/// twice, and main holds each row once.
+#[tokio::test]
+async fn concurrent_merges_write_each_commit_once_and_report_the_rest_adopted() {
+    for round in 0..2 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = create_replay_table(dir.path()).await;
+        let feature = cli_branch(&uri, "feature");
+        let mut versions = Vec::new();
+        for i in 0..4 {
+            versions.push(append_ids(&uri, &feature, &[100 + i]).await);
+        }
+        let spawn = || {
+            bin()
+                .args(["merge", &uri, "--from", "feature", "--into", "main", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut written = Vec::new();
+        let mut accounted = Vec::new();
+        for child in [a, b] {
+            let out = child.wait_with_output().expect("wait");
+            assert_eq!(out.status.code(), Some(0), "round {round}: {}", String::from_utf8_lossy(&out.stdout));
+            let v = one_json(&String::from_utf8_lossy(&out.stdout));
+            for l in v["landed"].as_array().expect("landed") {
+                let version = l["source_version"].as_u64().expect("version");
+                accounted.push(version);
+                if l["adopted"] == false {
+                    written.push(version);
+                }
+            }
+            accounted.extend(v["skipped"].as_array().expect("skipped").iter().filter_map(|s| s.as_u64()));
+        }
+        written.sort_unstable();
+        assert_eq!(written, versions, "round {round}: each commit written exactly once");
+        accounted.sort_unstable();
+        accounted.dedup();
+        assert_eq!(accounted, versions, "round {round}: the other merge adopted or skipped the rest");
+        assert_eq!(count_where(&uri, "main", "id >= 100").await, 4, "round {round}: each row once");
+    }
 }

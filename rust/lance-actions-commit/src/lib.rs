@@ -17,6 +17,7 @@ pub mod judge;
 pub mod location;
 pub mod oracle;
 pub mod presence;
+pub mod progress;
 pub mod retry;
 pub mod scenario;
 pub mod storage;

@@ -9,6 +9,7 @@ use crate::table::{self, Landed, TableWrite};
 use crate::validate::{ChangeSet, Snapshot, validate};
 use crate::value::{Row, row_id};
 use lance_actions_commit::location::absolute_uri;
+use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
 
 /// How a write or merge re-runs when its branch moves under it: the project's one retry policy,
@@ -149,7 +150,7 @@ impl Graph {
                 return Err(Error::Violations { conflicts });
             }
             let writes: BTreeMap<String, TableWrite> = plan.iter().map(|(t, w)| (t.clone(), w.clone())).collect();
-            let Some(tables) = self.land(&head, branch, &writes).await? else { continue };
+            let Some(tables) = self.land(&head, branch, &writes, &Progress::default()).await? else { continue };
             let commit = GraphCommit::new(branch, vec![head.id.clone()], tables);
             match self.publish(branch, &head.id, &commit).await? {
                 true => return Ok(WriteReport { commit: commit.id, attempts: attempt }),
@@ -246,9 +247,12 @@ impl Graph {
         head: &GraphCommit,
         branch: &str,
         writes: &BTreeMap<String, TableWrite>,
+        progress: &Progress,
     ) -> Result<Option<BTreeMap<String, TableRef>>> {
         let mut tables = head.tables.clone();
-        for (name, w) in writes.iter().filter(|(_, w)| !w.is_empty()) {
+        let total = writes.values().filter(|w| !w.is_empty()).count();
+        for (i, (name, w)) in writes.iter().filter(|(_, w)| !w.is_empty()).enumerate() {
+            progress.tell("tables written", i, total);
             let t = self.schema.get(name)?;
             match table::apply(&self.root, t, self.table_ref(head, t)?, branch, w).await? {
                 Landed::At(r) => {
@@ -257,6 +261,7 @@ impl Graph {
                 Landed::Interfered(_) => return Ok(None),
             }
         }
+        progress.tell("tables written", total, total);
         Ok(Some(tables))
     }
 

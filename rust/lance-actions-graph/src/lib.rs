@@ -26,6 +26,7 @@ pub mod value;
 pub use conflict::{Conflict, ConflictKind};
 pub use error::{Error, Result};
 pub use graph::{Graph, WriteOp, WriteReport};
+pub use lance_actions_commit::progress::{Progress, Tick};
 pub use merge::{Decision, MergeOptions, MergeReport, Outcome, Strategy, decide, merge_base};
 pub use schema::{GraphSchema, PropType, TypeDef};
 pub use value::{Row, Value, row_from_json, row_id, row_to_json, rows_from_batch, rows_to_batch};

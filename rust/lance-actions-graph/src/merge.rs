@@ -21,6 +21,7 @@ use crate::schema::TypeDef;
 use crate::table::{self, TableWrite};
 use crate::validate::{ChangeSet, TypeChange, validate};
 use crate::value::Row;
+use lance_actions_commit::progress::Progress;
 
 /// What to do with a row conflict.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +41,8 @@ pub struct MergeOptions {
     /// Merge an id updated on both sides property by property.
     pub cells: bool,
     pub strategy: Strategy,
+    /// Told after each type is examined ("types examined") and each table lands ("tables written").
+    pub progress: Progress,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +255,7 @@ impl Graph {
                 return Ok(report);
             }
             let clock = std::time::Instant::now();
-            let landed = self.land(&t_head, target, &writes).await?;
+            let landed = self.land(&t_head, target, &writes, &opts.progress).await?;
             report.phases.push(("land", clock.elapsed()));
             let Some(mut tables) = landed else { continue };
             for name in &staged.adopted {
@@ -288,7 +291,9 @@ impl Graph {
             located: BTreeMap::new(),
         };
         let target_snap = self.snapshot(tg).await?;
-        for t in self.schema().types.values() {
+        let total = self.schema().types.len();
+        for (i, t) in self.schema().types.values().enumerate() {
+            opts.progress.tell("types examined", i, total);
             let (rb, rs, rt) = (self.table_ref(base, t)?, self.table_ref(s, t)?, self.table_ref(tg, t)?);
             if same_state(rs, rb) || same_state(rs, rt) {
                 continue;
@@ -323,6 +328,7 @@ impl Graph {
                 staged.changes.insert(t.name.clone(), change);
             }
         }
+        opts.progress.tell("types examined", total, total);
         phases.push(("detect", clock.elapsed()));
         let clock = std::time::Instant::now();
         staged.conflicts.extend(validate(self.schema(), &target_snap, &staged.changes).await?);

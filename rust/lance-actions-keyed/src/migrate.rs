@@ -26,6 +26,7 @@ use lance_actions::table_class::{
     FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, TABLE_CLASS_KEY, TableClass, primary_key_of,
 };
 use lance_actions::{ActionTxn, OperationKind};
+use lance_actions_commit::progress::Progress;
 use lance_actions_commit::{CommitError, DatasetActionsExt, crash};
 use lance_core::datatypes::Schema;
 use lance_table::format::key_existence::{KeyValue, extract_key_value_from_batch};
@@ -64,6 +65,12 @@ const MAIN: &str = "main";
 
 /// Install `key` as the primary key of the table at `uri` on main and every branch, then stamp it.
 pub async fn migrate(uri: &str, key: &[&str]) -> Result<MigrationReport> {
+    migrate_with_progress(uri, key, &Progress::default()).await
+}
+
+/// [`migrate`], telling `progress` after each branch is keyed ("branches", keyed so far, known so
+/// far: a branch created during the run raises the total).
+pub async fn migrate_with_progress(uri: &str, key: &[&str], progress: &Progress) -> Result<MigrationReport> {
     let key: Vec<String> = key.iter().map(|s| s.to_string()).collect();
     let main = lance_actions_commit::storage::open(uri).await.lance(format!("opening {uri}"))?;
     let mut report = MigrationReport { key: key.clone(), branches: Vec::new(), stamped: false };
@@ -74,7 +81,7 @@ pub async fn migrate(uri: &str, key: &[&str]) -> Result<MigrationReport> {
     // re-check the branches being deleted: one whose retirement was lifted meanwhile is live again
     // and is migrated like the rest.
     loop {
-        migrate_pending(&main, &key, &mut report, &mut done, &mut deleting).await?;
+        migrate_pending(&main, &key, &mut report, &mut done, &mut deleting, progress).await?;
         if !recheck_deleting(&main, &mut deleting).await? {
             break;
         }
@@ -95,6 +102,7 @@ async fn migrate_pending(
     report: &mut MigrationReport,
     done: &mut HashSet<String>,
     deleting: &mut HashSet<String>,
+    progress: &Progress,
 ) -> Result<()> {
     loop {
         let pending: Vec<String> =
@@ -122,11 +130,13 @@ async fn migrate_pending(
             }
         }
         // Every pending branch verified: only now write.
+        let total = report.branches.len() + heads.len();
         for (branch, head, rows) in heads {
             let (step, rows) = install_verified(main, &branch, key, head, rows).await?;
             crash::point("migrate-after-branch");
             report.branches.push(BranchMigration { branch: branch.clone(), rows, step });
             done.insert(branch);
+            progress.tell("branches", report.branches.len(), total);
         }
     }
 }

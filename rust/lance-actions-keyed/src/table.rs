@@ -12,6 +12,7 @@ use lance_actions::table_class::{
     self, FENCING_FORMAT, FENCING_FORMAT_KEY, KEY_NAMES_KEY, KEYED, KEYLESS_APPEND_ONLY, TABLE_CLASS_KEY, TableClass,
 };
 use lance_actions_commit::branch_names;
+use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
@@ -33,11 +34,17 @@ pub struct WriteOptions {
     /// between them: the project's one retry policy. Default 8 attempts, a 5 ms first step.
     pub retry: RetryPolicy,
     pub chunk: ChunkLimits,
+    /// Told after each chunk a write stages or commits ("chunks", done, total).
+    pub progress: Progress,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        Self { retry: RetryPolicy::new(8, Duration::from_millis(5)), chunk: ChunkLimits::default() }
+        Self {
+            retry: RetryPolicy::new(8, Duration::from_millis(5)),
+            chunk: ChunkLimits::default(),
+            progress: Progress::default(),
+        }
     }
 }
 

@@ -67,8 +67,11 @@ impl KeyedTable {
             outcome.attempts += 1;
             self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
             let mut fragments = Vec::new();
-            for chunk in self.options.chunk.split(&batches) {
+            let chunks = self.options.chunk.split(&batches);
+            let total = chunks.len();
+            for (i, chunk) in chunks.into_iter().enumerate() {
                 fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
+                self.options.progress.tell("chunks staged", i + 1, total);
             }
             let add = AddFragments { fragments, keys: Some(self.key.inserted_keys(&keys)?) };
             let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
@@ -111,10 +114,12 @@ impl KeyedTable {
                     .ok_or_else(|| Error::Input { detail: "these keys cannot be written as a delete predicate".into() })
             })
             .collect::<Result<Vec<_>>>()?;
-        for predicate in predicates {
-            if let Err(e) = self.delete_chunk(&predicate, &mut outcome).await {
+        let total = predicates.len();
+        for (i, predicate) in predicates.iter().enumerate() {
+            if let Err(e) = self.delete_chunk(predicate, &mut outcome).await {
                 return Err(e.after(&outcome));
             }
+            self.options.progress.tell("chunks", i + 1, total);
         }
         Ok(outcome)
     }
@@ -151,11 +156,14 @@ impl KeyedTable {
             self.refuse_missing(&keys).await?;
         }
         let mut outcome = WriteOutcome { version: self.dataset.manifest().version, ..Default::default() };
-        for chunk in self.options.chunk.split(&batches) {
+        let chunks = self.options.chunk.split(&batches);
+        let total = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
             if let Err(e) = self.merge_chunk(chunk, kind, &mut outcome).await {
                 // A key deleted concurrently after the check can still stop a later chunk.
                 return Err(e.after(&outcome));
             }
+            self.options.progress.tell("chunks", i + 1, total);
         }
         Ok(outcome)
     }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod graft;
 mod keycheck;
 pub mod lineage;
+pub mod materialize;
 pub mod names;
 pub mod ops;
 pub mod provenance;
@@ -18,7 +19,9 @@ pub mod remap;
 pub mod replay;
 
 pub use error::{Error, Result};
+pub use lance_actions_commit::progress::{Progress, Tick};
 pub use lance_actions_commit::retry::RetryPolicy;
+pub use materialize::Materialized;
 pub use names::{Branches, RetiredBranch};
 pub use ops::{Outcome, ReplayOptions};
 pub use replay::{Conflict, Landed};

@@ -220,7 +220,7 @@ impl Branches {
             std::iter::once(None).chain(branches.keys().filter(|n| *n != physical).map(|n| Some(n.clone()))).collect();
         for chain in chains {
             let ds = open_chain(&root, &chain).await?;
-            let reads_it = ds.manifest().base_paths.values().any(|b| normalise(&b.path) == location);
+            let reads_it = reads_files_at(&ds, &location).await?;
             let name = chain_name(&chain).to_string();
             if reads_it && !out.contains(&name) {
                 out.push(name);
@@ -264,6 +264,21 @@ impl Branches {
         }
         unpin(&root, &physical, Pins::HeldByIt).await
     }
+}
+
+/// Whether the head of `ds` reads files at `location`: a fragment's data or deletion file, or an
+/// index, under a base there. A base nothing uses any more (its fragments were rewritten, as
+/// `materialize` does) reads nothing: Lance cannot remove a base, only stop using it.
+async fn reads_files_at(ds: &Dataset, location: &str) -> Result<bool> {
+    let bases: std::collections::HashSet<u32> =
+        ds.manifest().base_paths.values().filter(|b| normalise(&b.path) == location).map(|b| b.id).collect();
+    if bases.is_empty() {
+        return Ok(false);
+    }
+    if ds.manifest().fragments.iter().any(|f| crate::materialize::reads_through(f, &bases)) {
+        return Ok(true);
+    }
+    Ok(!crate::materialize::grafted_indexes(ds, &bases).await?.is_empty())
 }
 
 /// A physical branch a rebase, squash or delete retired, kept because nothing reclaimed it yet.

@@ -11,6 +11,7 @@ use crate::names::{Branches, Pins, Retirement, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
 use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
+use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
 use std::time::Duration;
 
@@ -22,11 +23,13 @@ pub struct ReplayOptions {
     /// writers keep landing on the branch being rewritten), with the backoff between them: the
     /// project's one retry policy. Default 8 attempts, a 5 ms first step.
     pub retry: RetryPolicy,
+    /// Told after each source commit is planned ("commits planned") and replayed ("commits").
+    pub progress: Progress,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { dry_run: false, retry: RetryPolicy::new(8, Duration::from_millis(5)) }
+        Self { dry_run: false, retry: RetryPolicy::new(8, Duration::from_millis(5)), progress: Progress::default() }
     }
 }
 
@@ -93,7 +96,7 @@ enum Run {
 
 /// Plan, then (unless dry) execute.
 async fn run(session: &mut Session, options: &ReplayOptions) -> Result<Run> {
-    let planned = match session.plan().await? {
+    let planned = match session.plan(&options.progress).await? {
         Err(conflicts) => return Ok(Run::Conflicted(conflicts, Vec::new())),
         Ok(plan) => plan,
     };
@@ -102,7 +105,7 @@ async fn run(session: &mut Session, options: &ReplayOptions) -> Result<Run> {
     }
     // A convergent commit writes nothing, not even the bases its replay would have needed.
     session.pending.retain(|s| !planned.converged.contains(&s.version));
-    Ok(match session.execute(&options.retry).await? {
+    Ok(match session.execute(&options.retry, &options.progress).await? {
         Ok(done) => Run::Done(done.landed, with_converged(planned.converged, done.converged)),
         Err((done, conflicts)) => Run::Conflicted(conflicts, done.landed),
     })
@@ -298,7 +301,7 @@ impl Branches {
             .pending
             .iter()
             .enumerate()
-            .map(|(i, s)| Landed { source_version: s.version, target_version: base + 1 + i as u64 })
+            .map(|(i, s)| Landed { source_version: s.version, target_version: base + 1 + i as u64, adopted: false })
             .collect())
     }
 

@@ -29,6 +29,7 @@ use crate::provenance::{self, known_transactions, new_fragment_ids, origins};
 use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
 use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
+use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
 
 /// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
@@ -76,6 +77,9 @@ pub struct Landed {
     pub source_version: u64,
     /// The target version it landed at (in a dry run, the version it would land at).
     pub target_version: u64,
+    /// Another replay of the same commit (a concurrent merge) had landed it already: this
+    /// operation took that commit as its own and wrote nothing for it.
+    pub adopted: bool,
 }
 
 /// Row facts for judging a replay: deletion vectors read through the chain each file belongs to.
@@ -414,7 +418,7 @@ impl Session {
     /// Judge every pending commit in order on the model's table state, writing nothing. Returns
     /// the plan, or every conflict found: a conflicting commit is left out and the later ones are
     /// still judged, until one depends on a commit left out.
-    pub async fn plan(&self) -> Result<Result<Plan, Vec<Conflict>>> {
+    pub async fn plan(&self, progress: &Progress) -> Result<Result<Plan, Vec<Conflict>>> {
         let target = Arc::new(open_chain(&self.root, &self.target).await?);
         let key = key_columns(&target);
         let mut head = table_state(&target).await?;
@@ -424,7 +428,9 @@ impl Session {
         let mut plan = Plan::default();
         let mut conflicts = Vec::new();
         let mut version = head.version;
-        for step in &self.pending {
+        let total = self.pending.len();
+        for (i, step) in self.pending.iter().enumerate() {
+            progress.tell("commits planned", i, total);
             let source_ds = open_version(&self.root, &step.chain, step.version).await?;
             let (new_bases, txn) = match self.bind(step, &head, &source_ds, &fragments) {
                 Ok(bound) => bound,
@@ -459,7 +465,7 @@ impl Session {
                 keys.insert(p.inserted, &step.new_ids, &assigned);
             }
             version += 1;
-            plan.landed.push(Landed { source_version: step.version, target_version: version });
+            plan.landed.push(Landed { source_version: step.version, target_version: version, adopted: false });
         }
         Ok(if conflicts.is_empty() { Ok(plan) } else { Err(conflicts) })
     }
@@ -468,7 +474,11 @@ impl Session {
     /// first replay from a location needs); a convergent one is skipped (`Plan::converged`). Stops
     /// at the first conflicting commit; what landed before it stays (each replay is atomic, the
     /// sequence is not).
-    pub async fn execute(&mut self, retry: &RetryPolicy) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
+    pub async fn execute(
+        &mut self,
+        retry: &RetryPolicy,
+        progress: &Progress,
+    ) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
         let mut done = Plan::default();
         let pending = std::mem::take(&mut self.pending);
         for (i, step) in pending.iter().enumerate() {
@@ -479,6 +489,7 @@ impl Session {
                 Ok(None) => done.converged.push(step.version),
                 Err(c) => return Ok(Err((done, c))),
             }
+            progress.tell("commits", i + 1, pending.len());
         }
         self.pending.clear();
         Ok(Ok(done))
@@ -544,7 +555,9 @@ impl Session {
                 let head = table_state(&target).await?;
                 let history = self.target_history().await?;
                 if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
-                    return Ok(Ok(Some(self.record_landed(step, &done.chain, done.version).await?)));
+                    let mut adopted = self.record_landed(step, &done.chain, done.version).await?;
+                    adopted.adopted = true;
+                    return Ok(Ok(Some(adopted)));
                 }
                 let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
                 if bases.is_empty() {
@@ -598,7 +611,7 @@ impl Session {
     async fn record_landed(&mut self, step: &SourceCommit, chain: &Chain, version: u64) -> Result<Landed> {
         let target_new = new_fragment_ids(&self.root, chain, version).await?;
         self.fragments.record(&step.new_ids, &target_new).map_err(|why| step.not_replayable(why))?;
-        Ok(Landed { source_version: step.version, target_version: version })
+        Ok(Landed { source_version: step.version, target_version: version, adopted: false })
     }
 
     async fn add_bases(&self, target: &Arc<Dataset>, bases: Vec<BasePath>) -> Result<()> {

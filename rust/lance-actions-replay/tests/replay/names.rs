@@ -399,3 +399,77 @@ async fn a_rebase_whose_retirement_landed_unannounced_keeps_the_fresh_branch() {
     expected.sort_unstable();
     assert_eq!(ids(&b, "feature").await, expected, "the name reads the rebased branch");
 }
+
+/// Every data file and deletion file main's latest version reads, with the base it lives under.
+fn bases_read(ds: &Dataset) -> Vec<Option<u32>> {
+    let f = ds.manifest().fragments.iter();
+    f.flat_map(|f| f.files.iter().map(|d| d.base_id).chain(f.deletion_file.iter().map(|d| d.base_id))).collect()
+}
+
+/// Materializing a merged branch rewrites the fragments main reads from it as main's own files
+/// (rows and their order kept, a row deleted after the merge stays deleted), releases main's graft
+/// pins on it, and the branch can then be deleted, files and all, with main reading every row.
+#[tokio::test]
+async fn a_materialized_branch_is_deleted_and_main_reads_its_own_copies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    let physical = b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 115)).await;
+    append(&b, "feature", &range(200, 203)).await;
+    b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    delete(&b, "main", "id = 101").await;
+    let expected: Vec<i64> =
+        range(0, 10).into_iter().chain(range(100, 115)).chain(range(200, 203)).filter(|i| *i != 101).collect();
+    assert_eq!(ids(&b, "main").await, expected);
+    assert!(bases_read(&open(&b, "main").await).iter().any(Option::is_some), "main reads grafted files");
+
+    let done = b.materialize("feature").await.expect("materialize");
+    assert_eq!(done.len(), 1, "{done:?}");
+    let m = &done[0];
+    assert_eq!(m.reader, "main");
+    assert_eq!(m.fragments, 3, "10 + 5 rows of the first commit, 3 of the second: {m:?}");
+    assert_eq!(m.rows, 17, "the live rows: {m:?}");
+    assert_eq!(m.pins_released, 2, "one pin per replayed commit: {m:?}");
+    assert!(m.indexes_left.is_empty());
+    let main = open(&b, "main").await;
+    assert_eq!(main.manifest().version, m.version);
+    assert!(bases_read(&main).iter().all(Option::is_none), "main reads only its own files: {:?}", bases_read(&main));
+    assert_eq!(ids(&b, "main").await, expected, "the same rows, once each");
+    assert!(b.dependants(&physical).await.expect("dependants").is_empty());
+
+    b.delete("feature").await.expect("nothing reads feature any more");
+    assert!(!dir.path().join("t/tree").join(&physical).exists(), "the branch's files are gone");
+    assert_eq!(ids(&b, "main").await, expected, "main reads every row after the files are gone");
+    assert!(b.materialize("feature").await.is_err(), "the name is gone");
+}
+
+/// A merge that finds a concurrent merge already landed a commit takes it as its own and says
+/// so: `adopted`, at the version the other landed it, and nothing written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merge_that_meets_a_concurrent_replay_of_its_commit_reports_it_adopted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "feature", &range(100, 103)).await;
+    let other = Arc::new(std::sync::Mutex::new(None));
+    let (hb, slot) = (b.clone(), other.clone());
+    hooks::register("replay:before-commit", b.uri(), move || async move {
+        let r = hb.merge("feature", "main", &ReplayOptions::default()).await;
+        *slot.lock().expect("slot") = Some(r);
+    });
+    let ours = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    let theirs = other.lock().expect("slot").take().expect("the hook ran").expect("the other merge");
+    let landed = |o: &Outcome| match o {
+        Outcome::FastForward { landed, .. } | Outcome::Merged { landed, .. } => landed.clone(),
+        other => panic!("a merge that lands: {other:?}"),
+    };
+    let (ours, theirs) = (landed(&ours), landed(&theirs));
+    assert_eq!(theirs.len(), 1);
+    assert!(!theirs[0].adopted, "the other merge wrote it: {theirs:?}");
+    assert_eq!(ours.len(), 1);
+    assert!(ours[0].adopted, "ours found it landed: {ours:?}");
+    assert_eq!(ours[0].target_version, theirs[0].target_version);
+    assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(100, 103)).collect::<Vec<_>>());
+}

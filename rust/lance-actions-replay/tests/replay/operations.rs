@@ -159,10 +159,19 @@ async fn two_concurrent_merges_of_one_branch_land_each_commit_once() {
             tokio::spawn(async move { x.merge("feature", "main", &Default::default()).await }),
             tokio::spawn(async move { y.merge("feature", "main", &Default::default()).await }),
         );
+        // Each source commit is written by one merge; the other adopted it or skipped it.
+        let mut written = Vec::new();
         for r in [r1.expect("task"), r2.expect("task")] {
             let out = r.expect("both merges succeed");
             assert!(!matches!(out, Outcome::Conflicted { .. }), "round {round}: {out:?}");
+            if let Outcome::FastForward { landed, .. } | Outcome::Merged { landed, .. } = &out {
+                written.extend(landed.iter().filter(|l| !l.adopted).map(|l| l.source_version));
+            }
         }
+        written.sort_unstable();
+        assert_eq!(written.len(), 5, "round {round}: 5 commits, each written once: {written:?}");
+        written.dedup();
+        assert_eq!(written.len(), 5, "round {round}: no commit written twice: {written:?}");
         let expected: Vec<i64> = range(0, 10).into_iter().chain(range(100, 140)).filter(|i| *i != 1).collect();
         assert_eq!(ids(&b, "main").await, expected, "round {round}: every row exactly once");
     }
