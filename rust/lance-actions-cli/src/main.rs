@@ -28,6 +28,11 @@ pub use failure::{Failure, Kind};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// An object-store option, KEY=VALUE, for every table the command opens (repeatable): the
+    /// keys pylance's storage_options takes, e.g. aws_endpoint=http://127.0.0.1:9000,
+    /// allow_http=true, aws_region=us-east-1. Keys not given come from the AWS_* environment.
+    #[arg(long = "storage-option", global = true, value_name = "KEY=VALUE")]
+    storage_option: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -143,13 +148,32 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, as_json),
     };
+    if let Err(e) = configure_storage(&cli.storage_option) {
+        return report(Failure::new(Kind::Usage, e.to_string()), as_json);
+    }
     let result = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime.block_on(run(cli.command)),
         Err(e) => Err(Failure::new(Kind::Other, format!("cannot start the async runtime: {e}"))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Message { kind, message }) => {
+        Err(failure) => report(failure, as_json),
+    }
+}
+
+/// `--storage-option` pairs apply to every uri this run opens (the library's prefix `""`).
+fn configure_storage(pairs: &[String]) -> Result<(), lance_actions_commit::storage::StorageError> {
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    let options = lance_actions_commit::storage::parse_pairs(pairs)?;
+    lance_actions_commit::storage::configure("", options)
+}
+
+/// Print a failure (as JSON with `--json`) and give its exit code.
+fn report(failure: Failure, as_json: bool) -> ExitCode {
+    match failure {
+        Failure::Message { kind, message } => {
             let message = without_source_locations(&message);
             if as_json {
                 println!("{}", failure::error_json(kind, &message));
@@ -158,7 +182,7 @@ fn main() -> ExitCode {
             }
             ExitCode::from(kind.exit_code())
         }
-        Err(Failure::Reported { code }) => ExitCode::from(code),
+        Failure::Reported { code } => ExitCode::from(code),
     }
 }
 
@@ -226,7 +250,7 @@ pub fn require_path(uri: &str) -> Result<(), Failure> {
 /// without its leading slash and with its source location: the user gets their own URI instead.
 pub async fn open(uri: &str) -> Result<std::sync::Arc<lance::Dataset>, Failure> {
     require_path(uri)?;
-    match lance::Dataset::open(uri).await {
+    match lance_actions_commit::storage::open(uri).await {
         Ok(ds) => Ok(std::sync::Arc::new(ds)),
         Err(lance::Error::DatasetNotFound { .. }) => Err(not_a_dataset(uri)),
         Err(e) => Err(Failure::new(Kind::Other, format!("cannot open {uri}: {}", first_line(&e.to_string())))),
