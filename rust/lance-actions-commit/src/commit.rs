@@ -289,7 +289,11 @@ impl ActionCommit {
                 return landed_at(&latest, version, report).await;
             }
             let mut txn = fixed.ours.clone();
-            state.facts.load_more(&latest, &fixed.base, &txn, &state.log.peers).await?;
+            // Row-level facts matter only against a peer: with none, no vector is merged, and the
+            // rows we declare are not trusted by any later reader (`history::trusted`).
+            if !state.log.peers.is_empty() {
+                state.facts.load_more(&latest, &fixed.base, &txn, &state.log.peers).await?;
+            }
             let entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
             if !entry.verdict.is_ok() {
                 let verdict = entry.verdict.clone();
@@ -447,7 +451,9 @@ async fn judge_attempt(
     let peers = &state.log.peers;
     // With no peer the head is the base: skip re-reading it.
     let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
-    verify_declared_rows(txn, &fixed.base, &state.facts);
+    if !peers.is_empty() {
+        verify_declared_rows(txn, &fixed.base, &state.facts);
+    }
     let head_ref = head_state.as_ref().unwrap_or(&fixed.base);
     let inputs = Inputs { base: &fixed.base, head: Some(head_ref), peers, facts: &state.facts };
     let (verdict, checks) = resolve_prepared(txn, &fixed.prepared, &inputs);
