@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance_actions_commit::scenario::{Staged, create_sample, stage_all};
@@ -280,6 +280,58 @@ fn summarize(outcomes: &[Outcome]) -> String {
     )
 }
 
+/// How many pairs are judged and committed at once.
+const PAIRS_IN_FLIGHT: usize = 4;
+
+/// Everything one (ours, peer) pair contributes to the report.
+struct PairResult {
+    outcome: Outcome,
+    data_check: Option<(String, DataCheck, bool)>,
+    /// The authoritative commit disagreed with the driver's verdict.
+    mismatch: Option<String>,
+    real_commit: bool,
+}
+
+/// Judge, commit for real and check the data of pair (`i`, `j`) of `staged`, on copies under
+/// `pair_dir`.
+async fn run_pair(
+    base_dir: std::path::PathBuf,
+    pair_dir: std::path::PathBuf,
+    staged: Arc<Vec<Staged>>,
+    i: usize,
+    j: usize,
+    ours_committable: bool,
+) -> PairResult {
+    let (ours, peer) = (&staged[i], &staged[j]);
+    let (judged, what_if, landed, rows) = judge_pair(&base_dir, &pair_dir, ours, peer, ours_committable).await;
+    let mut data_check = None;
+    if let Some(rows) = rows {
+        let permissive = judged.lance.label() != "ok";
+        let check = check_data(&base_dir, &pair_dir, ours, peer, rows).await;
+        data_check = Some((format!("{} vs {}", ours.name, peer.name), check, permissive));
+    }
+    let mismatch = (landed != Landed::NotTried && landed.label() != judged.resolution.verdict.label()).then(|| {
+        format!(
+            "{} vs {}: driver said {}, the real commit did {}",
+            ours.name,
+            peer.name,
+            judged.resolution.verdict.label(),
+            landed.label()
+        )
+    });
+    let outcome = Outcome {
+        ours_name: ours.name.clone(),
+        peer_name: peer.name.clone(),
+        ours_kind: format!("{:?}", ours.kind),
+        peer_kind: format!("{:?}", peer.kind),
+        ours: judged.resolution.verdict.label(),
+        lance: judged.lance.label(),
+        what_if,
+        detail: format!("ours: {} | lance: {}", judged.resolution.verdict, judged.lance),
+    };
+    PairResult { outcome, data_check, mismatch, real_commit: landed != Landed::NotTried }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_agrees_with_lance_on_every_operation_pair() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -289,45 +341,26 @@ async fn driver_agrees_with_lance_on_every_operation_pair() {
     let kinds: BTreeSet<_> = staged.iter().map(|s| s.kind).collect();
     assert_eq!(kinds.len(), 17, "every Lance operation kind is staged");
 
-    let mut outcomes = Vec::new();
-    let mut commit_mismatches = Vec::new();
-    let mut data_checks: Vec<(String, DataCheck, bool)> = Vec::new();
-    let mut real_commits = 0;
     let mut committable = Vec::new();
     for (i, s) in staged.iter().enumerate() {
         committable.push(committable_alone(&base_dir, &root.path().join(format!("alone-{i}")), s).await);
     }
-    for (i, ours) in staged.iter().enumerate() {
-        for (j, peer) in staged.iter().enumerate() {
-            let pair_dir = root.path().join(format!("pair-{i}-{j}"));
-            let (j, what_if, landed, rows) = judge_pair(&base_dir, &pair_dir, ours, peer, committable[i]).await;
-            if let Some(rows) = rows {
-                let permissive = j.lance.label() != "ok";
-                let check = check_data(&base_dir, &pair_dir, ours, peer, rows).await;
-                data_checks.push((format!("{} vs {}", ours.name, peer.name), check, permissive));
-            }
-            if landed != Landed::NotTried && landed.label() != j.resolution.verdict.label() {
-                commit_mismatches.push(format!(
-                    "{} vs {}: driver said {}, the real commit did {}",
-                    ours.name,
-                    peer.name,
-                    j.resolution.verdict.label(),
-                    landed.label()
-                ));
-            }
-            real_commits += usize::from(landed != Landed::NotTried);
-            outcomes.push(Outcome {
-                ours_name: ours.name.clone(),
-                peer_name: peer.name.clone(),
-                ours_kind: format!("{:?}", ours.kind),
-                peer_kind: format!("{:?}", peer.kind),
-                ours: j.resolution.verdict.label(),
-                lance: j.lance.label(),
-                what_if,
-                detail: format!("ours: {} | lance: {}", j.resolution.verdict, j.lance),
-            });
-        }
-    }
+    // Every pair works on its own copies, so pairs run concurrently (while one waits on the disk,
+    // another computes); results are gathered in pair order, so the report reads the same.
+    let pairs: Vec<(usize, usize)> = (0..staged.len()).flat_map(|i| (0..staged.len()).map(move |j| (i, j))).collect();
+    let results: Vec<PairResult> = futures::stream::iter(pairs)
+        .map(|(i, j)| {
+            let (base, pair_dir) = (base_dir.clone(), root.path().join(format!("pair-{i}-{j}")));
+            tokio::spawn(run_pair(base, pair_dir, staged.clone(), i, j, committable[i]))
+        })
+        .buffered(PAIRS_IN_FLIGHT)
+        .map(|joined| joined.expect("a pair's task panicked"))
+        .collect()
+        .await;
+    let real_commits = results.iter().filter(|r| r.real_commit).count();
+    let commit_mismatches: Vec<String> = results.iter().filter_map(|r| r.mismatch.clone()).collect();
+    let data_checks: Vec<(String, DataCheck, bool)> = results.iter().filter_map(|r| r.data_check.clone()).collect();
+    let outcomes: Vec<Outcome> = results.into_iter().map(|r| r.outcome).collect();
 
     let observed: BTreeMap<(String, String), (String, String)> = outcomes
         .iter()

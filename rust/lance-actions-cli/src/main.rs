@@ -1,5 +1,6 @@
 //! `lance-actions`: Lance transactions as actions, from the command line.
 
+mod bench;
 mod branch;
 mod check;
 mod conflicts;
@@ -128,6 +129,11 @@ enum Command {
         #[command(subcommand)]
         command: graph::GraphCommand,
     },
+    /// Benchmarks on your own storage, side by side with plain Lance: commit throughput, judging.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
 }
 
 /// A user-facing failure of a command that only prints lines.
@@ -220,6 +226,7 @@ async fn run(command: Command) -> CliResult {
         Command::Replay(command) => branch::run(command).await,
         Command::Branch { command } => branch::run_branch(command).await,
         Command::Graph { command } => graph::run(command).await,
+        Command::Bench { command } => bench::run(command).await,
     }
 }
 

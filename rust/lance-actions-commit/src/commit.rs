@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{Transaction, TransactionBuilder};
-use lance_actions::driver::{Peer, PeerCheck};
-use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_in_place};
+use lance_actions::driver::{Peer, PeerCheck, Prepared};
+use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_prepared};
 use lance_core::utils::deletion::DeletionVector;
 use lance_select::RowAddrTreeMap;
 use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
@@ -24,10 +24,10 @@ use lance_table::io::deletion::write_deletion_file;
 use roaring::RoaringBitmap;
 use snafu::Snafu;
 
+use crate::deletions::DeletionFacts;
 use crate::expect_version::{ExpectVersion, WriteRecord};
-use crate::facts::DeletionFacts;
 use crate::history::{committed_since, peers_of};
-use crate::judge::{attach_affected_rows, attach_restore_targets, deleted_rows, table_state};
+use crate::judge::{attach_affected_rows, attach_restore_targets, table_state};
 use crate::retry::RetryPolicy;
 
 /// Property key recording the commit's verdict history (one line per attempt).
@@ -237,10 +237,11 @@ impl ActionCommit {
     }
 
     /// The inner handler the compare-and-swap wrapper delegates to: the caller's, or the one the uri
-    /// resolves to, checked to see the same head as the dataset's own handler.
-    async fn inner_handler(&self) -> CommitResult<Arc<dyn CommitHandler>> {
+    /// resolves to, checked to see the same head as the dataset's own handler. With the head version
+    /// the check listed, which the first attempt uses instead of listing again.
+    async fn inner_handler(&self) -> CommitResult<(Arc<dyn CommitHandler>, Option<u64>)> {
         if let Some(handler) = &self.handler {
-            return Ok(handler.clone());
+            return Ok((handler.clone(), None));
         }
         let uri = self.dataset.uri().to_string();
         let refuse = |detail: String| CommitError::CommitHandler { uri: uri.clone(), detail };
@@ -259,9 +260,13 @@ impl ActionCommit {
                 seen.version
             )));
         }
-        Ok(handler)
+        Ok((handler, Some(seen.version)))
     }
 
+    /// The loop, one named step per line: read the head and the peers that landed on it, read the
+    /// deletion facts, judge, perform the rebase's IO, lower, write. Everything fixed across
+    /// attempts is prepared once; the peers, their masks and the deletion vectors read are kept
+    /// from one attempt to the next.
     async fn run(
         self,
         read_version: u64,
@@ -272,32 +277,32 @@ impl ActionCommit {
     ) -> CommitResult<(Dataset, CommitReport)> {
         let fixed = self.prepare(read_version, ours, uuid, tag, properties).await?;
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
-        let mut log = PeerLog::new(read_version);
+        let mut state = LoopState::new(read_version, fixed.seen_head);
         let mut attempts = self.retry.attempts();
         while attempts.next().await.is_some() {
             let started = Instant::now();
-            let latest = self.read_head(&fixed.at_read).await?;
-            log.catch_up(&latest).await?;
+            let latest = self.read_head(&fixed.at_read, state.head_hint.take()).await?;
+            state.log.catch_up(&latest).await?;
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
-            if let Some(version) = log.landed(&fixed.uuid) {
+            if let Some(version) = state.log.landed(&fixed.uuid) {
                 return landed_at(&latest, version, report).await;
             }
-            let (txn, entry) = judge_attempt(&fixed, &latest, &log, started).await?;
-            match &entry.verdict {
-                Verdict::Retry(reason) => {
-                    let reason = reason.clone();
-                    report.attempts.push(entry);
-                    return Err(CommitError::Retry { reason, report: Box::new(report) });
-                }
-                Verdict::Fail(reason) => {
-                    let reason = reason.clone();
-                    report.attempts.push(entry);
-                    return Err(CommitError::Fail { reason, report: Box::new(report) });
-                }
-                Verdict::Ok => {}
+            let mut txn = fixed.ours.clone();
+            // Row-level facts matter only against a peer: with none, no vector is merged, and the
+            // rows we declare are not trusted by any later reader (`history::trusted`).
+            if !state.log.peers.is_empty() {
+                state.facts.load_more(&latest, &fixed.base, &txn, &state.log.peers).await?;
             }
-            match write_attempt(&fixed, &latest, txn, entry, &mut report).await? {
+            let entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
+            if !entry.verdict.is_ok() {
+                let verdict = entry.verdict.clone();
+                report.attempts.push(entry);
+                return Err(refused(verdict, report));
+            }
+            merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
+            let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
+            match write_attempt(&fixed, &latest, &txn, op, entry, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
                     return Ok((*ds, report));
@@ -309,7 +314,8 @@ impl ActionCommit {
     }
 
     /// Everything the attempts share, fixed once: our actions with the caller's rows and restore
-    /// targets attached, the properties, the read version and its state, the handler to wrap.
+    /// targets attached and the driver's preparation of them, the properties, the read version and
+    /// its state, the handler to wrap and the head it saw.
     async fn prepare(
         &self,
         read_version: u64,
@@ -317,7 +323,7 @@ impl ActionCommit {
         uuid: String,
         tag: Option<String>,
         properties: HashMap<String, String>,
-    ) -> CommitResult<Prepared> {
+    ) -> CommitResult<Fixed> {
         attach_affected_rows(&mut ours, self.affected_rows.as_ref());
         attach_restore_targets(&mut ours, &self.dataset).await;
         let properties = self.caller_properties(&ours, properties)?;
@@ -328,15 +334,17 @@ impl ActionCommit {
             Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?)
         };
         let base = table_state(&at_read).await?;
-        let inner_handler = self.inner_handler().await?;
-        Ok(Prepared { ours, uuid, tag, properties, at_read, base, inner_handler })
+        let (inner_handler, seen_head) = self.inner_handler().await?;
+        let prepared = Prepared::of(&ours);
+        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner_handler, seen_head })
     }
 
-    /// The head as of now. A version listing is cheaper than reading the head's manifest; the read
-    /// is skipped when the head is still the version we read (the uncontended case).
-    async fn read_head(&self, at_read: &Arc<Dataset>) -> CommitResult<Arc<Dataset>> {
-        let head_id = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
-        if head_id == at_read.manifest().version {
+    /// The head as of now. `hint` is a head version listed moments ago (the handler check's, for
+    /// the first attempt): when it is still the version we read (the uncontended case) nothing is
+    /// read at all. Without a hint (after a lost race, when the head has certainly moved) the
+    /// latest manifest is read directly, with no separate listing first.
+    async fn read_head(&self, at_read: &Arc<Dataset>, hint: Option<u64>) -> CommitResult<Arc<Dataset>> {
+        if hint == Some(at_read.manifest().version) {
             return Ok(at_read.clone());
         }
         let mut latest = (*self.dataset).clone();
@@ -346,14 +354,32 @@ impl ActionCommit {
 }
 
 /// What every attempt of one commit shares.
-struct Prepared {
+struct Fixed {
     ours: ActionTxn,
+    /// The driver's per-transaction work (masks, screen), done once for every attempt.
+    prepared: Prepared,
     uuid: String,
     tag: Option<String>,
     properties: HashMap<String, String>,
     at_read: Arc<Dataset>,
     base: lance_actions::TableState,
     inner_handler: Arc<dyn CommitHandler>,
+    /// The head version the handler check listed (`None` with a caller's handler: not listed).
+    seen_head: Option<u64>,
+}
+
+/// What the attempts of one commit carry forward: the peers read so far (decoded, masks computed),
+/// the deletion vectors read so far, and a head version known without listing again.
+struct LoopState {
+    log: PeerLog,
+    facts: DeletionFacts,
+    head_hint: Option<u64>,
+}
+
+impl LoopState {
+    fn new(read_version: u64, head_hint: Option<u64>) -> Self {
+        Self { log: PeerLog::new(read_version), facts: DeletionFacts::default(), head_hint }
+    }
 }
 
 /// The peers committed after the read version, read and decoded once: each attempt reads only the
@@ -379,6 +405,11 @@ impl PeerLog {
             self.committed.iter().enumerate().all(|(i, (v, _))| *v == self.read_version + 1 + i as u64),
             "peers are the consecutive versions after the read version"
         );
+        debug_assert_eq!(
+            self.read_version + self.committed.len() as u64,
+            latest.manifest().version,
+            "the log reaches exactly the head"
+        );
         Ok(())
     }
 
@@ -395,30 +426,45 @@ async fn landed_at(latest: &Dataset, version: u64, mut report: CommitReport) -> 
     Ok((ds, report))
 }
 
-/// Judge our actions against every peer up to `latest`: the rebased transaction and the attempt's
-/// report (verdict, per-peer checks).
+/// The error a Retry or Fail verdict ends the commit with.
+fn refused(verdict: Verdict, report: CommitReport) -> CommitError {
+    let report = Box::new(report);
+    match verdict {
+        Verdict::Retry(reason) => CommitError::Retry { reason, report },
+        Verdict::Fail(reason) => CommitError::Fail { reason, report },
+        Verdict::Ok => {
+            debug_assert!(false, "an Ok verdict is written, not refused");
+            CommitError::RetriesExhausted { attempts: report.attempts.len(), report }
+        }
+    }
+}
+
+/// Judge our actions (`txn`, a fresh copy of them) against every peer up to `latest`, rebasing
+/// `txn` in place: the attempt's report (verdict, per-peer checks).
 async fn judge_attempt(
-    fixed: &Prepared,
+    fixed: &Fixed,
     latest: &Arc<Dataset>,
-    log: &PeerLog,
+    state: &LoopState,
+    txn: &mut ActionTxn,
     started: Instant,
-) -> CommitResult<(ActionTxn, AttemptReport)> {
-    let mut txn = fixed.ours.clone();
+) -> CommitResult<AttemptReport> {
+    let peers = &state.log.peers;
     // With no peer the head is the base: skip re-reading it.
-    let head_state = if log.peers.is_empty() { None } else { Some(table_state(latest).await?) };
-    let facts = DeletionFacts::load(latest, &fixed.base, &txn, &log.peers).await?;
-    verify_declared_rows(&mut txn, &fixed.base, &facts);
+    let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
+    if !peers.is_empty() {
+        verify_declared_rows(txn, &fixed.base, &state.facts);
+    }
     let head_ref = head_state.as_ref().unwrap_or(&fixed.base);
-    let inputs = Inputs { base: &fixed.base, head: Some(head_ref), peers: &log.peers, facts: &facts };
-    let (verdict, checks) = resolve_in_place(&mut txn, &inputs);
-    let entry = AttemptReport {
+    let inputs = Inputs { base: &fixed.base, head: Some(head_ref), peers, facts: &state.facts };
+    let (verdict, checks) = resolve_prepared(txn, &fixed.prepared, &inputs);
+    debug_assert!(checks.len() <= peers.len(), "at most one check per peer");
+    Ok(AttemptReport {
         head: latest.manifest().version,
         peers: checks,
         verdict,
         write: None,
         checking: started.elapsed(),
-    };
-    Ok((txn, entry))
+    })
 }
 
 /// How a manifest write ended, when it did not end in an error.
@@ -428,21 +474,24 @@ enum Written {
     LostRace,
 }
 
-/// Perform the rebase's IO, lower, and hand the operation to Lance with a handler that accepts only
-/// `head + 1`. Records the attempt in `report`.
+/// Hand the lowered operation to Lance with a handler that accepts only `head + 1`, carrying our
+/// encoded actions and the attempt history. Records the attempt in `report`.
 async fn write_attempt(
-    fixed: &Prepared,
+    fixed: &Fixed,
     latest: &Arc<Dataset>,
-    mut txn: ActionTxn,
+    txn: &ActionTxn,
+    op: lance::dataset::transaction::Operation,
     mut entry: AttemptReport,
     report: &mut CommitReport,
 ) -> CommitResult<Written> {
     debug_assert!(matches!(entry.verdict, Verdict::Ok), "only an Ok verdict is written");
+    debug_assert!(
+        txn.actions.iter().all(|a| !matches!(a, AnyAction::UpdateDeletionVector(u) if u.merge_with_head)),
+        "the rebase's IO ran before lowering"
+    );
     let head = latest.manifest().version;
-    merge_deletion_vectors(latest, &mut txn).await?;
-    let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
     let mut props = fixed.properties.clone();
-    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(&txn));
+    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(txn));
     props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
     let lance_txn = TransactionBuilder::new(head, op)
         .uuid(fixed.uuid.clone())
@@ -538,8 +587,16 @@ fn history_line(report: &CommitReport, current: &AttemptReport) -> String {
 }
 
 /// Perform the IO the rebase asked for: a deletion vector marked for union with the head's is
-/// rewritten as the union, attached to the head's fragment.
-async fn merge_deletion_vectors(latest: &Arc<Dataset>, txn: &mut ActionTxn) -> CommitResult<()> {
+/// rewritten as the union, attached to the head's fragment. The head's vector was usually read for
+/// the judgement already (it is a peer's change on a fragment we touch): `facts` serves it.
+async fn merge_deletion_vectors(
+    latest: &Arc<Dataset>,
+    txn: &mut ActionTxn,
+    facts: &mut DeletionFacts,
+) -> CommitResult<()> {
+    if !txn.actions.iter().any(|a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.merge_with_head)) {
+        return Ok(());
+    }
     let head = latest.manifest().version;
     let base_path = latest.branch_location().path;
     let store = latest.object_store(None).await.map_err(lance_err("opening the object store"))?;
@@ -557,7 +614,7 @@ async fn merge_deletion_vectors(latest: &Arc<Dataset>, txn: &mut ActionTxn) -> C
                     u.fragment.id
                 )))
             })?;
-        let committed = deleted_rows(latest, &head_fragment).await?;
+        let committed = facts.rows_of(latest, &head_fragment).await?;
         let ours = u.affected_rows.clone().unwrap_or_default();
         let union: RoaringBitmap = committed | ours;
         let file = write_deletion_file(&base_path, u.fragment.id, head, &DeletionVector::from(union), &store)

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use lance::Dataset;
-use lance::dataset::fragment::FileFragment;
 use lance::dataset::transaction::Transaction;
 use lance::index::DatasetIndexExt;
 use lance_actions::table_class::ClassStamp;
@@ -12,8 +11,8 @@ use lance_actions::{ActionTxn, AnyAction, Inputs, Resolution, TableState, resolv
 use lance_select::RowAddrTreeMap;
 use roaring::RoaringBitmap;
 
+use crate::deletions::DeletionFacts;
 use crate::error::{Error, LanceContext, Result};
-use crate::facts::DeletionFacts;
 use crate::history::{actions_of, committed_since, peers_of};
 use crate::oracle::{LanceVerdict, lance_verdict};
 
@@ -45,8 +44,9 @@ pub fn attach_affected_rows(txn: &mut ActionTxn, affected: Option<&RowAddrTreeMa
 }
 
 /// Read the class each restore of `txn` would bring back (the restored version's frozen config and
-/// primary key), so the model can refuse a restore that changes a table's class (RFC-023 §8). A
-/// version that cannot be read stays unknown, which the model refuses on a classed table.
+/// primary key), so the model can refuse a restore that changes a table's class
+/// (`design/fencing.md`, "A `Restore` keeps the class"). A version that cannot be read stays
+/// unknown, which the model refuses on a classed table.
 pub async fn attach_restore_targets(txn: &mut ActionTxn, dataset: &Dataset) {
     for action in txn.actions.iter_mut() {
         if let AnyAction::Restore(r) = action
@@ -77,14 +77,8 @@ pub async fn derive_affected_rows(at_read: &Arc<Dataset>, txn: &Transaction) -> 
     Ok(any.then_some(map))
 }
 
-/// The row offsets deleted in `fragment`, read through `dataset` (which resolves its base paths).
-pub async fn deleted_rows(dataset: &Arc<Dataset>, fragment: &lance_table::format::Fragment) -> Result<RoaringBitmap> {
-    let vector = FileFragment::new(dataset.clone(), fragment.clone())
-        .get_deletion_vector()
-        .await
-        .lance(format!("reading the deletion vector of fragment {}", fragment.id))?;
-    Ok(vector.map(|v| RoaringBitmap::from(v.as_ref())).unwrap_or_default())
-}
+/// The row offsets deleted in `fragment` (see [`crate::deletions::read_deleted_rows`]).
+pub use crate::deletions::read_deleted_rows as deleted_rows;
 
 /// Judge `staged` (read at `staged.read_version`) against `latest`'s history.
 pub async fn judge(

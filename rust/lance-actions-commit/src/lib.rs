@@ -4,12 +4,14 @@
 //! as actions (decoding our own encoded lists fail-closed, lifting everything else), performs the IO
 //! a rebase needs (deletion vectors), and runs Lance's own resolver side by side as an oracle.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod branch_names;
 pub mod commit;
 pub mod crash;
+pub mod deletions;
 pub mod error;
 pub mod expect_version;
-pub mod facts;
 pub mod history;
 pub mod hooks;
 pub mod json;
@@ -19,6 +21,7 @@ pub mod oracle;
 pub mod presence;
 pub mod progress;
 pub mod retry;
+#[cfg(feature = "samples")]
 pub mod scenario;
 pub mod storage;
 

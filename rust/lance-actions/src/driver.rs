@@ -13,25 +13,55 @@
 
 use crate::action::{Action, ActionKind, AnyAction, IndexEdits, PeerAction, RebaseCx, RebaseFacts};
 use crate::path::{ManifestPath, Mask};
+use crate::screen::{self, OurScreen, PeerScreen};
 use crate::state::TableState;
 use crate::txn::ActionTxn;
 use crate::verdict::{Reason, Rule, Verdict};
 
-/// A transaction committed after our read version, with its write masks computed once (a peer is
-/// judged against every attempt of every concurrent writer; its masks never change).
+/// A transaction committed after our read version, with its write masks and their screen computed
+/// once (a peer is judged against every attempt of every concurrent writer; its masks never change).
 #[derive(Debug, Clone)]
 pub struct Peer {
     pub version: u64,
     pub txn: ActionTxn,
     writes: Vec<Mask>,
     index_edits: IndexEdits,
+    screens: Vec<PeerScreen>,
+    whole: PeerScreen,
 }
 
 impl Peer {
     pub fn new(version: u64, txn: ActionTxn) -> Self {
-        let writes = txn.actions.iter().map(Action::writes).collect();
+        let writes: Vec<Mask> = txn.actions.iter().map(Action::writes).collect();
         let index_edits = IndexEdits::of(&txn.actions);
-        Self { version, txn, writes, index_edits }
+        let (screens, whole) = screen::peer_screens(&txn.actions, &writes);
+        Self { version, txn, writes, index_edits, screens, whole }
+    }
+}
+
+/// What the driver computes once about our transaction before judging any peer: each action's
+/// reads and writes, their screen, what the transaction does to indices, whether it resets the
+/// baseline. All are coordinates a rebase never changes (a rebase adjusts payloads only), so one
+/// `Prepared` serves every peer and every attempt of a commit, as long as the transaction is the
+/// one it was prepared from or a rebase of it.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    masks: Vec<Mask>,
+    screens: Vec<OurScreen>,
+    index_edits: IndexEdits,
+    resets: bool,
+}
+
+impl Prepared {
+    pub fn of(txn: &ActionTxn) -> Self {
+        let masks: Vec<Mask> = txn.actions.iter().map(screen::mask_of).collect();
+        let screens = screen::our_screens(&txn.actions, &masks);
+        Self { masks, screens, index_edits: IndexEdits::of(&txn.actions), resets: txn.resets_baseline() }
+    }
+
+    /// Was this prepared from `txn` (or a rebase of it)? Only coordinates are compared.
+    fn fits(&self, txn: &ActionTxn) -> bool {
+        self.masks.len() == txn.actions.len() && self.resets == txn.resets_baseline()
     }
 }
 
@@ -76,6 +106,14 @@ pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
 
 /// Judge `txn` against `inputs.peers`, rebasing it in place (no copy of the transaction).
 pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
+    let prepared = Prepared::of(txn);
+    resolve_prepared(txn, &prepared, inputs)
+}
+
+/// [`resolve_in_place`] with our side prepared once by the caller (a commit loop's attempts share
+/// it).
+pub fn resolve_prepared(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
+    debug_assert!(prepared.fits(txn), "prepared from another transaction");
     let mut peers = Vec::with_capacity(inputs.peers.len());
     // A retired branch takes no write, and a retirement takes no peer (crate::retired).
     let head = inputs.head.unwrap_or(inputs.base);
@@ -87,18 +125,6 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
     if let (true, Some(first)) = (txn.is_opaque(), inputs.peers.first()) {
         verdict = opaque_verdict(first.version);
     }
-    // Our masks do not change during rebase (a rebase adjusts payloads, never coordinates).
-    let masks: Vec<Mask> = txn
-        .actions
-        .iter()
-        .map(|a| {
-            let mut m = a.reads();
-            m.extend(a.writes());
-            m
-        })
-        .collect();
-    // Like the masks, what our transaction does to indices is a coordinate a rebase never changes.
-    let index_edits = IndexEdits::of(&txn.actions);
     for peer in inputs.peers {
         if matches!(verdict, Verdict::Fail(_)) {
             break;
@@ -108,7 +134,7 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
             peers.push(PeerCheck { version: peer.version, overlapping_pairs: 0, verdict: verdict.clone() });
             break;
         }
-        let check = check_peer(txn, &masks, &index_edits, inputs, peer);
+        let check = judge_peer(txn, prepared, inputs, peer);
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
@@ -143,20 +169,26 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
     })
 }
 
-/// Screen and rebase all of our actions against one committed peer.
-fn check_peer(
-    txn: &mut ActionTxn,
-    masks: &[Mask],
-    index_edits: &IndexEdits,
-    inputs: &Inputs<'_>,
-    peer: &Peer,
-) -> PeerCheck {
-    let resets = txn.resets_baseline();
+/// Screen and rebase all of our actions against one committed (understood) peer: the per-peer step
+/// of [`resolve_prepared`]. `overlapping_pairs` counts the pairs that reached a rebase; pairs the
+/// screen rules out (`crate::screen`) are not counted.
+pub fn judge_peer(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
+    debug_assert!(!peer.txn.is_opaque(), "an opaque peer is decided before any action is judged");
     let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
-    let cx = RebaseCx { base: inputs.base, ours: &txn.context, index_edits, facts: inputs.facts, head: inputs.head };
+    let cx = RebaseCx {
+        base: inputs.base,
+        ours: &txn.context,
+        index_edits: &prepared.index_edits,
+        facts: inputs.facts,
+        head: inputs.head,
+    };
     let mut overlapping_pairs = 0;
-    for (action, ours_mask) in txn.actions.iter_mut().zip(masks) {
-        if resets && !judged_under_reset(action.kind()) {
+    for ((action, ours_mask), ours_screen) in txn.actions.iter_mut().zip(&prepared.masks).zip(&prepared.screens) {
+        if prepared.resets && !judged_under_reset(action.kind()) {
+            continue;
+        }
+        if screen::rules_out_peer(ours_screen, &peer.whole, &peer.screens) {
+            debug_assert!(screened_pair_is_ok(action, ours_mask, &cx, peer), "the screen skipped a pair that matters");
             continue;
         }
         let overlaps = overlapping_peer_actions(ours_mask, peer, cx.ours.shell);
@@ -170,6 +202,17 @@ fn check_peer(
         }
     }
     PeerCheck { version: peer.version, overlapping_pairs, verdict }
+}
+
+/// The screen's promise, checked the slow way (debug builds only): the exact route on a copy of
+/// the action either finds no overlap or answers Ok and leaves the action as it was.
+fn screened_pair_is_ok(action: &AnyAction, mask: &Mask, cx: &RebaseCx<'_>, peer: &Peer) -> bool {
+    let overlaps = overlapping_peer_actions(mask, peer, cx.ours.shell);
+    if overlaps.is_empty() {
+        return true;
+    }
+    let mut copy = action.clone();
+    copy.rebase(cx, &overlaps).is_ok() && copy == *action
 }
 
 /// MemWAL progress records which SSTables were compacted into *this* base table. A baseline

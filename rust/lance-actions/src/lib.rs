@@ -18,6 +18,7 @@ pub mod matrix;
 pub mod path;
 pub mod retired;
 pub mod samples;
+pub mod screen;
 pub mod state;
 pub mod table_class;
 pub mod translate;
@@ -26,7 +27,7 @@ pub mod verdict;
 
 pub use action::{Action, ActionKind, AnyAction, NoFacts, RebaseFacts};
 pub use context::{OperationKind, TxnContext};
-pub use driver::{Inputs, Peer, Resolution, resolve, resolve_in_place};
+pub use driver::{Inputs, Peer, Prepared, Resolution, judge_peer, resolve, resolve_in_place, resolve_prepared};
 pub use error::{Error, Result};
 pub use path::{ManifestPath, Mask};
 pub use state::TableState;

@@ -1,0 +1,302 @@
+//! Commit throughput of N concurrent writers, ours against Lance's `CommitBuilder`, on one table
+//! layout per run, created fresh under a uri prefix (any store the library can open).
+//!
+//! Table layout: fragment `w` (for writer `w < N`) holds ids `w*64 .. w*64+64`; one more fragment is
+//! shared: its id `1_000_000 + w*K + k` belongs to writer `w`'s `k`-th commit. So every workload's
+//! writers are disjoint by construction and a re-execution is only ever a false conflict.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use lance::Dataset;
+use lance::dataset::transaction::{Operation, Transaction, TransactionBuilder};
+use lance::dataset::{
+    CommitBuilder, DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode,
+    WriteParams,
+};
+use lance::index::DatasetIndexExt;
+use lance_index::IndexType;
+use lance_index::scalar::ScalarIndexParams;
+use lance_select::RowAddrTreeMap;
+
+use super::{BenchError, BenchResult, lance_err};
+use crate::scenario::batch;
+use crate::{CommitError, DatasetActionsExt};
+
+/// Who commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// `action_commit()`, given the affected rows a delete reports.
+    Ours,
+    /// `CommitBuilder` with its default retries.
+    Lance,
+    /// `CommitBuilder` given `with_affected_rows` (row-level rebase of deletes).
+    LanceAffectedRows,
+}
+
+impl Way {
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::Ours => "ours",
+            Way::Lance => "lance",
+            Way::LanceAffectedRows => "lance+affected_rows",
+        }
+    }
+}
+
+/// What each writer commits, K times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// One new row per commit.
+    Append,
+    /// Delete one row of the writer's own fragment per commit.
+    DeleteDisjoint,
+    /// Delete one row of the shared fragment per commit (disjoint rows of one fragment).
+    DeleteRows,
+    /// Merge-insert one present row of the writer's own fragment and one new row per commit.
+    Upsert,
+    /// Appends, every fifth commit a BTree index (re)built under the writer's own name.
+    AppendWithIndex,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] =
+        [Workload::Append, Workload::DeleteDisjoint, Workload::DeleteRows, Workload::Upsert, Workload::AppendWithIndex];
+
+    /// The name the CLI takes and prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Append => "append",
+            Workload::DeleteDisjoint => "delete-disjoint",
+            Workload::DeleteRows => "delete-rows",
+            Workload::Upsert => "upsert",
+            Workload::AppendWithIndex => "append-with-index",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// Lance's ways to compare with: deletes are also measured with `with_affected_rows`, which is
+    /// what ours is given.
+    pub fn lance_ways(self) -> &'static [Way] {
+        match self {
+            Workload::DeleteDisjoint | Workload::DeleteRows | Workload::Upsert => &[Way::Lance, Way::LanceAffectedRows],
+            Workload::Append | Workload::AppendWithIndex => &[Way::Lance],
+        }
+    }
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Throughput {
+    pub commits_per_s: f64,
+    /// Retry verdicts handed back to the writer (which re-read and re-staged), per commit.
+    pub reexecutions_per_commit: f64,
+    /// Our loop's attempts after the first, per commit (`None` for Lance: it does not report them).
+    pub retries_per_commit: Option<f64>,
+}
+
+const ROWS_PER_FRAGMENT: i64 = 64;
+const SHARED_BASE: i64 = 1_000_000;
+
+/// Create the workload's table at `uri` for `writers` writers of `commits` commits each.
+pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Dataset>> {
+    let own: Vec<i64> = (0..writers * ROWS_PER_FRAGMENT).collect();
+    let shared: Vec<i64> = (0..writers * commits).map(|i| SHARED_BASE + i).collect();
+    let params =
+        WriteParams { mode: WriteMode::Create, max_rows_per_file: ROWS_PER_FRAGMENT as usize, ..Default::default() };
+    let ds = InsertBuilder::new(uri)
+        .with_params(&params)
+        .execute(vec![batch(&own)?])
+        .await
+        .map_err(lance_err("creating the bench table"))?;
+    let ds = InsertBuilder::new(Arc::new(ds))
+        .with_params(&WriteParams { mode: WriteMode::Append, max_rows_per_file: 1 << 20, ..Default::default() })
+        .execute(vec![batch(&shared)?])
+        .await
+        .map_err(lance_err("writing the shared fragment"))?;
+    Ok(Arc::new(ds))
+}
+
+/// A staged write and the rows it deleted (what Lance's writers report).
+struct Staged {
+    txn: Transaction,
+    rows: Option<RowAddrTreeMap>,
+}
+
+/// A fresh id for writer `w`'s `k`-th new row, disjoint from every other writer's.
+fn new_id(w: i64, k: i64) -> i64 {
+    10_000_000 + w * 100_000 + k
+}
+
+async fn stage_append(ds: &Arc<Dataset>, id: i64) -> BenchResult<Staged> {
+    let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let txn = InsertBuilder::new(ds.clone())
+        .with_params(&params)
+        .execute_uncommitted(vec![batch(&[id])?])
+        .await
+        .map_err(lance_err("staging an append"))?;
+    Ok(Staged { txn, rows: None })
+}
+
+async fn stage_delete(ds: &Arc<Dataset>, id: i64) -> BenchResult<Staged> {
+    let d = DeleteBuilder::new(ds.clone(), format!("id = {id}"))
+        .execute_uncommitted()
+        .await
+        .map_err(lance_err("staging a delete"))?;
+    Ok(Staged { txn: d.transaction, rows: d.affected_rows })
+}
+
+async fn stage_upsert(ds: &Arc<Dataset>, present: i64, new: i64) -> BenchResult<Staged> {
+    let mut builder =
+        MergeInsertBuilder::try_new(ds.clone(), vec!["id".into()]).map_err(lance_err("building an upsert"))?;
+    builder.when_matched(WhenMatched::UpdateAll).when_not_matched(WhenNotMatched::InsertAll);
+    let job = builder.try_build().map_err(lance_err("building an upsert"))?;
+    let staged =
+        job.execute_uncommitted_batches(vec![batch(&[present, new])?]).await.map_err(lance_err("staging an upsert"))?;
+    Ok(Staged { txn: staged.transaction, rows: staged.affected_rows })
+}
+
+async fn stage_index(ds: &Arc<Dataset>, w: i64) -> BenchResult<Staged> {
+    let mut d = (**ds).clone();
+    let params = ScalarIndexParams::default();
+    let meta = d
+        .create_index_builder(&["v"], IndexType::BTree, &params)
+        .name(format!("v_idx_{w}"))
+        .replace(true)
+        .execute_uncommitted()
+        .await
+        .map_err(lance_err("staging an index"))?;
+    let indices = ds.load_indices().await.map_err(lance_err("loading indices"))?;
+    let removed: Vec<_> = indices.iter().filter(|i| i.name == meta.name).cloned().collect();
+    let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: removed };
+    Ok(Staged { txn: TransactionBuilder::new(ds.manifest().version, op).build(), rows: None })
+}
+
+/// Writer `w`'s `k`-th write of `workload`, staged on `ds`.
+async fn stage(ds: &Arc<Dataset>, workload: Workload, w: i64, k: i64, commits: i64) -> BenchResult<Staged> {
+    match workload {
+        Workload::Append => stage_append(ds, new_id(w, k)).await,
+        Workload::DeleteDisjoint => stage_delete(ds, w * ROWS_PER_FRAGMENT + k % ROWS_PER_FRAGMENT).await,
+        Workload::DeleteRows => stage_delete(ds, SHARED_BASE + w * commits + k).await,
+        Workload::Upsert => stage_upsert(ds, w * ROWS_PER_FRAGMENT + k % ROWS_PER_FRAGMENT, new_id(w, k)).await,
+        Workload::AppendWithIndex if k % 5 == 4 => stage_index(ds, w).await,
+        Workload::AppendWithIndex => stage_append(ds, new_id(w, k)).await,
+    }
+}
+
+/// How one commit attempt of a writer ended.
+enum Landed {
+    Yes {
+        retries: usize,
+    },
+    /// A Retry verdict (or Lance's conflict error): re-read and re-stage.
+    Reexecute,
+}
+
+async fn commit_once(ds: &Arc<Dataset>, way: Way, w: i64, staged: Staged) -> BenchResult<Landed> {
+    match way {
+        Way::Ours => {
+            let mut c = ds.action_commit().with_max_attempts(100);
+            if let Some(rows) = staged.rows {
+                c = c.with_affected_rows(rows);
+            }
+            match c.execute(staged.txn).await {
+                Ok((_, report)) => Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1) }),
+                Err(CommitError::Retry { .. }) => Ok(Landed::Reexecute),
+                Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
+            }
+        }
+        Way::Lance | Way::LanceAffectedRows => {
+            let mut c = CommitBuilder::new(ds.clone());
+            if let (Way::LanceAffectedRows, Some(rows)) = (way, staged.rows) {
+                c = c.with_affected_rows(rows);
+            }
+            match c.execute(staged.txn).await {
+                Ok(_) => Ok(Landed::Yes { retries: 0 }),
+                Err(
+                    lance::Error::RetryableCommitConflict { .. }
+                    | lance::Error::CommitConflict { .. }
+                    | lance::Error::TooMuchWriteContention { .. },
+                ) => Ok(Landed::Reexecute),
+                Err(e) => Err(lance_err("lance's commit")(e)),
+            }
+        }
+    }
+}
+
+/// Totals of one writer.
+#[derive(Default)]
+struct WriterTotals {
+    reexecutions: usize,
+    retries: usize,
+}
+
+/// One writer: `commits` logical writes, each re-staged on a Retry.
+async fn writer(uri: String, way: Way, workload: Workload, w: i64, commits: i64) -> BenchResult<WriterTotals> {
+    let mut totals = WriterTotals::default();
+    for k in 0..commits {
+        loop {
+            let ds = Arc::new(Dataset::open(&uri).await.map_err(lance_err("opening the bench table"))?);
+            let staged = stage(&ds, workload, w, k, commits).await?;
+            match commit_once(&ds, way, w, staged).await? {
+                Landed::Yes { retries } => {
+                    totals.retries += retries;
+                    break;
+                }
+                Landed::Reexecute => totals.reexecutions += 1,
+            }
+        }
+    }
+    Ok(totals)
+}
+
+/// Create the table at `uri`, then time `writers` concurrent writers of `commits` commits each.
+pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits: i64) -> BenchResult<Throughput> {
+    if writers < 1 || commits < 1 {
+        return Err(BenchError::Setup { what: format!("writers ({writers}) and ops ({commits}) must be at least 1") });
+    }
+    if workload == Workload::DeleteDisjoint && commits > ROWS_PER_FRAGMENT {
+        return Err(BenchError::Setup {
+            what: format!(
+                "delete-disjoint deletes rows of each writer's own {ROWS_PER_FRAGMENT}-row fragment: at most {ROWS_PER_FRAGMENT} ops"
+            ),
+        });
+    }
+    create(uri, writers, commits).await?;
+    let start = Instant::now();
+    let handles: Vec<_> =
+        (0..writers).map(|w| tokio::spawn(writer(uri.to_string(), way, workload, w, commits))).collect();
+    let mut totals = WriterTotals::default();
+    for h in handles {
+        let t = h.await.map_err(|e| BenchError::Setup { what: format!("a writer task ended abnormally: {e}") })??;
+        totals.reexecutions += t.reexecutions;
+        totals.retries += t.retries;
+    }
+    let total = (writers * commits) as f64;
+    Ok(Throughput {
+        commits_per_s: total / start.elapsed().as_secs_f64(),
+        reexecutions_per_commit: totals.reexecutions as f64 / total,
+        retries_per_commit: (way == Way::Ours).then_some(totals.retries as f64 / total),
+    })
+}
+
+/// The run of median throughput among `repeats` runs (single runs on a shared machine vary by tens
+/// of percent); `uri_of(i)` names run `i`'s table.
+pub async fn median_of(
+    repeats: usize,
+    uri_of: impl Fn(usize) -> String,
+    way: Way,
+    workload: Workload,
+    writers: i64,
+    commits: i64,
+) -> BenchResult<Throughput> {
+    let mut runs = Vec::with_capacity(repeats.max(1));
+    for i in 0..repeats.max(1) {
+        runs.push(run(&uri_of(i), way, workload, writers, commits).await?);
+    }
+    runs.sort_by(|a, b| a.commits_per_s.total_cmp(&b.commits_per_s));
+    Ok(runs[runs.len() / 2])
+}
