@@ -5,6 +5,7 @@
 //! own bloom filter is kept for Lance's resolver, and an exact 64-bit key-hash set, when present,
 //! decides intersections exactly.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use crate::keys::KeyHashSet;
@@ -250,5 +251,48 @@ impl AddFragments {
             }
         };
         Ok(Self { fragments: codec::fragments_from(&p.fragments)?, keys })
+    }
+}
+
+impl ActionLife for AddFragments {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        if slots.holds(ActionKind::AddFragments) {
+            return Err(not_lowerable(shell, "more than one AddFragments action"));
+        }
+        slots.added = self.fragments.clone();
+        slots.keys = self.keys.clone();
+        Ok(())
+    }
+
+    /// New fragments reference the source's files in place and get their ids on the target when
+    /// they land; the declared keys are what they are on any branch.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let fragments = self.fragments.iter().map(|f| rebind::new_fragment(cx, f)).collect::<Result<_, _>>()?;
+        Ok(AddFragments { fragments, keys: self.keys.clone() }.into())
+    }
+
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        if self.keys.is_some() {
+            squash.keyed = true;
+            if squash.keys.is_none() {
+                squash.keys = self.keys.clone();
+            }
+        }
+        for fragment in &self.fragments {
+            let id = squash.claim_new_id()?;
+            squash.added.insert(id, fragment.clone());
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let keys = match &self.keys {
+            None => String::new(),
+            Some(k) => match &k.exact {
+                Some(e) => format!(", {} exact key(s) on fields {:?}", e.len(), e.field_ids),
+                None => format!(", Lance key filter on fields {:?}", k.field_ids()),
+            },
+        };
+        format!("{} fragment(s){keys}", self.fragments.len())
     }
 }

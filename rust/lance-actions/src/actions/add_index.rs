@@ -4,6 +4,7 @@
 //! index covering field 7", which overlaps this concrete index on field 7, and the rebase trims the
 //! updated fragments from the index's coverage instead of failing.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
@@ -163,5 +164,40 @@ impl AddIndex {
 
     pub(crate) fn decode(p: proto::AddIndex) -> Result<Self> {
         Ok(Self { index: codec::index_from(&p.index)? })
+    }
+}
+
+impl ActionLife for AddIndex {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.new_indices.push(self.index.clone());
+        Ok(())
+    }
+
+    /// The index's files are read in place; they address rows as (fragment id, offset), so the
+    /// index is readable on the target only where every fragment it covers kept its id.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let index = cx.index(&self.index)?;
+        if let Some(bitmap) = &self.index.fragment_bitmap {
+            for id in bitmap {
+                let fragment = u64::from(id);
+                let target = cx.fragment_id(fragment)?;
+                if target != fragment {
+                    return Err(RebindRefusal::IndexOnMovedFragment {
+                        index: self.index.name.clone(),
+                        fragment,
+                        target,
+                    });
+                }
+            }
+        }
+        Ok(AddIndex { index }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} ({}) on fields {:?}", self.index.name, self.index.uuid, self.index.fields)
     }
 }

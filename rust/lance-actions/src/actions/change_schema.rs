@@ -3,6 +3,7 @@
 //! "every field outside the kept set" names what it drops, so a rebase can ask whether a given field
 //! really changed by comparing the post-image with the base.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
@@ -127,5 +128,28 @@ impl ChangeSchema {
 
     pub(crate) fn decode(p: proto::ChangeSchema) -> Result<Self> {
         Ok(Self { schema: codec::schema_from_proto(p.schema)?, preserves_nullability: p.preserves_nullability })
+    }
+}
+
+impl ActionLife for ChangeSchema {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.schema, self.clone(), shell, "ChangeSchema")
+    }
+
+    /// A schema names field ids, which both branches share from the fork on.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ChangeSchema })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} field(s), preserves nullability: {}",
+            self.schema.fields_pre_order().count(),
+            self.preserves_nullability
+        )
     }
 }

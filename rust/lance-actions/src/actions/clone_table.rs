@@ -1,6 +1,7 @@
 //! CloneTable: the first commit of a shallow clone or branch, referencing another dataset's files.
 //! Lowers to `Clone`. It starts a new history, so nothing can be concurrent with it on that history.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -61,5 +62,23 @@ impl CloneTable {
             ref_path: p.ref_path,
             branch_name: p.branch_name,
         })
+    }
+}
+
+impl ActionLife for CloneTable {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.clone, self.clone(), shell, "CloneTable")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::CloneTable })
+    }
+
+    fn describe(&self) -> String {
+        format!("from {} v{}", self.ref_path, self.ref_version)
     }
 }

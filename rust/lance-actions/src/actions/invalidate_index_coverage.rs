@@ -3,6 +3,7 @@
 //! and is evaluated against whatever indices exist when it applies, so it commutes with index
 //! creation. Implied by `Update.fields_modified` (Lance prunes the bitmaps when it builds the manifest).
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -63,5 +64,30 @@ impl InvalidateIndexCoverage {
 
     pub(crate) fn decode(p: proto::InvalidateIndexCoverage) -> Result<Self> {
         Ok(Self { fragments: p.fragments, fields: p.fields })
+    }
+}
+
+impl ActionLife for InvalidateIndexCoverage {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.invalidate, self.clone(), shell, "InvalidateIndexCoverage")
+    }
+
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let fragments = rebind::fragment_ids(cx, &self.fragments)?;
+        Ok(InvalidateIndexCoverage { fragments, fields: self.fields.clone() }.into())
+    }
+
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        squash.invalidated_fragments.extend(self.fragments.iter().copied());
+        for field in &self.fields {
+            if !squash.invalidated_fields.contains(field) {
+                squash.invalidated_fields.push(*field);
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("fields {:?} on fragments {:?}", self.fields, self.fragments)
     }
 }

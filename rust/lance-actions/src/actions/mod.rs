@@ -114,3 +114,13 @@ pub(crate) fn key_field_with_new_files(key: &[i32], before: &Fragment, after: &F
     };
     key.iter().copied().find(|&field| files_of(before, field) != files_of(after, field))
 }
+
+/// What every module's [`crate::ActionLife`] implementation uses.
+pub(crate) mod life_prelude {
+    pub(crate) use crate::action::AnyAction;
+    pub(crate) use crate::context::OperationKind;
+    pub(crate) use crate::life::ActionLife;
+    pub(crate) use crate::rebind::{self, RebindRefusal, Rebinder};
+    pub(crate) use crate::squash::{Squash, SquashRefusal};
+    pub(crate) use crate::translate::{Lowering, not_lowerable, set_once};
+}

@@ -2,6 +2,7 @@
 //! It reads and writes the whole table, so it overlaps everything, and its rebase always fails:
 //! nothing we cannot read is ever skipped.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -47,5 +48,23 @@ impl Opaque {
 
     pub(crate) fn decode(p: proto::Opaque) -> Result<Self> {
         Ok(Self { description: p.description })
+    }
+}
+
+impl ActionLife for Opaque {
+    fn lower_into(&self, _slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        Err(not_lowerable(shell, format!("an opaque action ({}) can never be committed", self.description)))
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::NotUnderstood { description: self.description.clone() })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::Opaque })
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
     }
 }

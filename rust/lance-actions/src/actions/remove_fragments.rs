@@ -1,6 +1,7 @@
 //! RemoveFragments: fragments leave the table (a delete that emptied them, rows an update moved out).
 //! Lowers to `Delete.deleted_fragment_ids` or `Update.removed_fragment_ids`.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -82,5 +83,32 @@ impl RemoveFragments {
 
     pub(crate) fn decode(p: proto::RemoveFragments) -> Result<Self> {
         Ok(Self { ids: p.ids })
+    }
+}
+
+impl ActionLife for RemoveFragments {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.removed_ids.extend(self.ids.iter().copied());
+        Ok(())
+    }
+
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(RemoveFragments { ids: rebind::fragment_ids(cx, &self.ids)? }.into())
+    }
+
+    /// A fragment the range added and later removed never appears; one that existed before the
+    /// range is removed, and its deletions in the range no longer matter.
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        for id in &self.ids {
+            if squash.added.remove(id).is_none() {
+                squash.removed.insert(*id);
+                squash.deleted.remove(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("fragments {:?}", self.ids)
     }
 }

@@ -2,6 +2,7 @@
 //! `CreateIndex.removed_indices`. Two drops of the same index commute; a drop racing an appended
 //! segment of its name, or a replacement built from the segment it drops, does not.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
@@ -96,6 +97,26 @@ impl RemoveIndex {
 
     pub(crate) fn decode(p: proto::RemoveIndex) -> Result<Self> {
         Ok(Self { index: codec::index_from(&p.index)? })
+    }
+}
+
+impl ActionLife for RemoveIndex {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.removed_indices.push(self.index.clone());
+        Ok(())
+    }
+
+    /// An index is removed by its name and uuid, which both branches share from the fork on.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::RemoveIndex })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} ({})", self.index.name, self.index.uuid)
     }
 }
 

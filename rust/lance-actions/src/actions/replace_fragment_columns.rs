@@ -4,6 +4,7 @@
 //! in null-column population) and an updated fragment of an `Update` in `RewriteColumns` mode (the
 //! fragment's post-image, whose modified columns are `fields`).
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use std::collections::BTreeSet;
@@ -227,5 +228,45 @@ impl ReplaceFragmentColumns {
             }
         };
         Ok(Self { target })
+    }
+}
+
+impl ActionLife for ReplaceFragmentColumns {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        match &self.target {
+            ColumnTarget::File { fragment_id, file } => slots
+                .replacements
+                .push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone())),
+            ColumnTarget::Rewritten { fragment, fields } => {
+                slots.updated.push(fragment.clone());
+                slots.rewritten_fields.push(fields.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let target = match &self.target {
+            ColumnTarget::File { fragment_id, file } => {
+                ColumnTarget::File { fragment_id: cx.fragment_id(*fragment_id)?, file: cx.data_file(file)? }
+            }
+            ColumnTarget::Rewritten { fragment, fields } => {
+                ColumnTarget::Rewritten { fragment: rebind::restated_fragment(cx, fragment)?, fields: fields.clone() }
+            }
+        };
+        Ok(ReplaceFragmentColumns { target }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ReplaceFragmentColumns })
+    }
+
+    fn describe(&self) -> String {
+        match &self.target {
+            ColumnTarget::File { fragment_id, file } => {
+                format!("fragment {fragment_id}, file {} fields {:?}", file.path, file.fields)
+            }
+            ColumnTarget::Rewritten { fragment, fields } => format!("fragment {}, fields {fields:?}", fragment.id),
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! follow as their own actions. Last writer wins against ordinary writes; two concurrent resets
 //! retry (a config-key clash inside them fails, through their UpdateConfig actions).
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
@@ -72,5 +73,23 @@ impl ResetTable {
 
     pub(crate) fn decode(p: proto::ResetTable) -> Result<Self> {
         Ok(Self { schema: codec::schema_from_proto(p.schema)? })
+    }
+}
+
+impl ActionLife for ResetTable {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.reset, self.clone(), shell, "ResetTable")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::ResetTable })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ResetTable })
+    }
+
+    fn describe(&self) -> String {
+        format!("schema of {} field(s)", self.schema.fields_pre_order().count())
     }
 }

@@ -6,6 +6,7 @@
 //! version with the same class, key and fencing stamp (RFC-023 §8, as `UpdateConfig` already
 //! enforces). The restored version's class is a fact the commit layer reads (`target`).
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::actions::update_config::UpdateConfig;
 use crate::codec::proto;
@@ -99,6 +100,24 @@ impl Restore {
 
     pub(crate) fn decode(p: proto::Restore) -> Result<Self> {
         Ok(Self::new(p.version))
+    }
+}
+
+impl ActionLife for Restore {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.restore, self.version, shell, "Restore")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::Restore })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::Restore })
+    }
+
+    fn describe(&self) -> String {
+        format!("version {}", self.version)
     }
 }
 

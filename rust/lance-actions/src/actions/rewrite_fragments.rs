@@ -1,6 +1,7 @@
 //! RewriteFragments: compaction. Old fragments are replaced by new ones holding the same rows, and
 //! the indices covering them are remapped to the new row addresses. Lowers to `Rewrite`.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use std::collections::BTreeSet;
@@ -181,5 +182,37 @@ impl RewriteFragments {
             .collect::<Result<Vec<_>>>()?;
         let frag_reuse_index = p.frag_reuse_index.map(|b| codec::index_from(&b)).transpose()?;
         Ok(Self { groups, rewritten_indices, frag_reuse_index })
+    }
+}
+
+impl ActionLife for RewriteFragments {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.rewrite, self.clone(), shell, "RewriteFragments")
+    }
+
+    /// The old fragments are the target's; the new ones reference the source's files and get ids
+    /// on the target. A compaction that remapped indexes is refused: the remap names source ids.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        if !self.rewritten_indices.is_empty() || self.frag_reuse_index.is_some() {
+            return Err(RebindRefusal::IndexRemapped);
+        }
+        let mut groups = self.groups.clone();
+        for group in &mut groups {
+            group.old_fragments = group.old_fragments.iter().map(|f| cx.head_fragment(f)).collect::<Result<_, _>>()?;
+            if group.new_fragments.iter().any(|f| f.deletion_file.is_some()) {
+                return Err(RebindRefusal::CompactedWithDeletions);
+            }
+            group.new_fragments =
+                group.new_fragments.iter().map(|f| rebind::new_fragment(cx, f)).collect::<Result<_, _>>()?;
+        }
+        Ok(RewriteFragments { groups, rewritten_indices: Vec::new(), frag_reuse_index: None }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::RewriteFragments })
+    }
+
+    fn describe(&self) -> String {
+        format!("old fragments {:?}, {} index remap(s)", self.old_ids(), self.rewritten_indices.len())
     }
 }

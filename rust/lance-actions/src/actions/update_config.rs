@@ -2,6 +2,7 @@
 //! or one field's metadata). Per key: disjoint keys commute; a `replace` writes the whole map.
 //! Lowers to the matching slot of `UpdateConfig`, or to `Overwrite.config_upsert_values`.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::transaction::UpdateMap;
@@ -227,6 +228,27 @@ impl UpdateConfig {
         };
         let update_entries = p.entries.into_iter().map(|e| UpdateMapEntry { key: e.key, value: e.value }).collect();
         Ok(Self { map, update: UpdateMap { update_entries, replace: p.replace } })
+    }
+}
+
+impl ActionLife for UpdateConfig {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.config.push(self.clone());
+        Ok(())
+    }
+
+    /// Config and metadata keys (and field ids, for field metadata) are shared by both branches.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::UpdateConfig })
+    }
+
+    fn describe(&self) -> String {
+        let keys: Vec<&str> = self.update.update_entries.iter().map(|e| e.key.as_str()).collect();
+        format!("{:?} keys {keys:?}{}", self.map, if self.update.replace { " (replace)" } else { "" })
     }
 }
 

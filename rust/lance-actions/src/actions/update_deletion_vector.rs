@@ -5,6 +5,7 @@
 //! (from the declared affected rows, or from the deletion files read by the commit layer) and marks
 //! the vector for union, which the commit layer performs by writing the merged deletion file.
 
+use super::life_prelude::*;
 use super::add_overlay::overlay_rows;
 use crate::codec::{self, proto};
 use crate::error::Result;
@@ -167,6 +168,43 @@ impl UpdateDeletionVector {
     pub(crate) fn decode(p: proto::UpdateDeletionVector) -> Result<Self> {
         let affected_rows = p.affected_rows.map(|b| codec::bitmap_from(&b, "affected rows")).transpose()?;
         Ok(Self::new(codec::fragment_from(&p.fragment)?, affected_rows))
+    }
+}
+
+impl ActionLife for UpdateDeletionVector {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.updated.push(self.fragment.clone());
+        Ok(())
+    }
+
+    /// The rows the source commit deleted, on the target's fragment: the commit writes the target's
+    /// vector unioned with them, re-derived under the target's root for the target's fragment id,
+    /// never pointed at a source file whose name embeds another fragment's id.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let rows = self.affected_rows.clone().ok_or(RebindRefusal::RowsUnknown { fragment: self.fragment.id })?;
+        let mut rebound = UpdateDeletionVector::new(cx.head_fragment(&self.fragment)?, Some(rows));
+        rebound.merge_with_head = true;
+        Ok(rebound.into())
+    }
+
+    /// Deletions in one fragment are unioned over the range. A deletion in a fragment the range
+    /// added cannot be one commit: Lance adds fragments without deletion files.
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        let id = self.fragment.id;
+        if squash.added.contains_key(&id) {
+            return Err(SquashRefusal::DeletesAddedFragment { version: squash.version, fragment: id });
+        }
+        let rows = self.affected_rows.clone().unwrap_or_default();
+        let entry = squash.deleted.entry(id).or_insert_with(|| (self.fragment.clone(), RoaringBitmap::new()));
+        entry.1 |= rows;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        match &self.affected_rows {
+            Some(rows) => format!("fragment {}, {} row(s)", self.fragment.id, rows.len()),
+            None => format!("fragment {}, rows from its deletion file", self.fragment.id),
+        }
     }
 }
 
