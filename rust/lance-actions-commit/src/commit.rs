@@ -132,6 +132,9 @@ pub struct ActionCommit {
     properties: HashMap<String, String>,
     handler: Option<Arc<dyn CommitHandler>>,
     uuid: Option<String>,
+    /// The caller judged the actions up to the read version itself (see
+    /// [`ActionCommit::judged_up_to_read_version`]).
+    judged: bool,
 }
 
 /// The extension of `lance::Dataset`: commit staged work through the action driver.
@@ -148,6 +151,7 @@ impl DatasetActionsExt for Arc<Dataset> {
             properties: HashMap::new(),
             handler: None,
             uuid: None,
+            judged: false,
         }
     }
 }
@@ -219,6 +223,19 @@ impl ActionCommit {
     pub async fn execute_actions(self, read_version: u64, actions: ActionTxn) -> CommitResult<(Dataset, CommitReport)> {
         let uuid = self.uuid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
         self.run(read_version, actions, uuid, None, HashMap::new()).await
+    }
+
+    /// The caller has judged the actions against everything committed up to the read version
+    /// itself (replay judges a replayed commit against the target's history since the merge base,
+    /// with its own row facts and key probe): write them at exactly `read_version + 1`, in one
+    /// attempt, without judging them again. A writer that landed after the read version ends the
+    /// commit as [`CommitError::Retry`] ([`lance_actions::Rule::HeadMoved`]), one that takes the
+    /// version at the write as [`CommitError::RetriesExhausted`]; either way nothing was written
+    /// and the caller judges again on the new head, in its own retry loop.
+    pub fn judged_up_to_read_version(mut self) -> Self {
+        self.judged = true;
+        self.retry = self.retry.with_max_attempts(1);
+        self
     }
 
     /// The caller's properties over the staged ones, refusing reserved keys.
@@ -329,7 +346,7 @@ impl ActionCommit {
         };
         let base = table_state(&at_read).await?;
         let inner_handler = self.inner_handler().await?;
-        Ok(Prepared { ours, uuid, tag, properties, at_read, base, inner_handler })
+        Ok(Prepared { ours, uuid, tag, properties, at_read, base, inner_handler, judged: self.judged })
     }
 
     /// The head as of now. A version listing is cheaper than reading the head's manifest; the read
@@ -354,6 +371,7 @@ struct Prepared {
     at_read: Arc<Dataset>,
     base: lance_actions::TableState,
     inner_handler: Arc<dyn CommitHandler>,
+    judged: bool,
 }
 
 /// The peers committed after the read version, read and decoded once: each attempt reads only the
@@ -403,6 +421,9 @@ async fn judge_attempt(
     log: &PeerLog,
     started: Instant,
 ) -> CommitResult<(ActionTxn, AttemptReport)> {
+    if fixed.judged {
+        return Ok(judged_by_caller(fixed, latest, log, started));
+    }
     let mut txn = fixed.ours.clone();
     // With no peer the head is the base: skip re-reading it.
     let head_state = if log.peers.is_empty() { None } else { Some(table_state(latest).await?) };
@@ -419,6 +440,30 @@ async fn judge_attempt(
         checking: started.elapsed(),
     };
     Ok((txn, entry))
+}
+
+/// The caller judged our actions up to the read version: with no peer since, they stand as judged;
+/// a peer since ends the attempt, for the caller to judge again on the new head.
+fn judged_by_caller(
+    fixed: &Prepared,
+    latest: &Arc<Dataset>,
+    log: &PeerLog,
+    started: Instant,
+) -> (ActionTxn, AttemptReport) {
+    let verdict = match log.peers.first() {
+        None => Verdict::Ok,
+        Some(peer) => Verdict::Retry(lance_actions::Reason {
+            rule: lance_actions::Rule::HeadMoved,
+            ours: lance_actions::ActionKind::TxnContext,
+            peer_version: Some(peer.version),
+            peer_action: None,
+            path: None,
+            detail: format!("judged up to v{}; v{} landed since", log.read_version, peer.version),
+        }),
+    };
+    let entry =
+        AttemptReport { head: latest.manifest().version, peers: Vec::new(), verdict, write: None, checking: started.elapsed() };
+    (fixed.ours.clone(), entry)
 }
 
 /// How a manifest write ended, when it did not end in an error.
