@@ -17,7 +17,7 @@ pub mod provenance;
 pub mod remap;
 pub mod replay;
 
-pub use error::{Error, Result};
+pub use error::{Error, Refusal, Result};
 pub use lance_actions_commit::retry::RetryPolicy;
 pub use names::{Branches, RetiredBranch};
 pub use ops::{Outcome, ReplayOptions};
