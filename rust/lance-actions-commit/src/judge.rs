@@ -45,7 +45,7 @@ pub fn attach_affected_rows(txn: &mut ActionTxn, affected: Option<&RowAddrTreeMa
 }
 
 /// Read the class each restore of `txn` would bring back (the restored version's frozen config and
-/// primary key), so the model can refuse a restore that changes a table's class (RFC-023 §8). A
+/// primary key), so the model can refuse a restore that changes a table's class (`design/fencing.md` §1). A
 /// version that cannot be read stays unknown, which the model refuses on a classed table.
 pub async fn attach_restore_targets(txn: &mut ActionTxn, dataset: &Dataset) {
     for action in txn.actions.iter_mut() {

@@ -73,7 +73,7 @@ impl AddFragments {
     }
 
     /// On a keyed table every insert declares its keys over exactly the primary key: a bare append
-    /// would add keys no concurrent keyed writer can see (RFC-023 §5.1).
+    /// would add keys no concurrent keyed writer can see (`design/fencing.md` §1).
     fn validate_keyed_insert(&self, state: &TableState) -> Result<(), Reason> {
         // The rows of an overwrite replace every row: uniqueness within them is the writer's check.
         if !self.inserts_rows() || state.replaced_by_txn {
@@ -122,7 +122,7 @@ impl AddFragments {
         self.keys.as_ref().map(|k| k.field_ids()).unwrap_or_default()
     }
 
-    /// Two inserts commute unless keys may collide. Symmetric by design (RFC-023 §5.3): an undeclared
+    /// Two inserts commute unless keys may collide. Symmetric by design (`design/fencing.md` §4): an undeclared
     /// insert conflicts with a keyed one in both commit orders.
     fn rebase_against_insert(&self, peer: &PeerAction<'_>, theirs: &AddFragments) -> Verdict {
         const K: ActionKind = ActionKind::AddFragments;
@@ -157,7 +157,7 @@ impl Action for AddFragments {
             mask.push(ManifestPath::UnenforcedKey(KeyKind::Primary));
         }
         if self.inserts_rows() {
-            // Whether an insert must declare keys depends on the table's class (RFC-023 §4).
+            // Whether an insert must declare keys depends on the table's class (`design/fencing.md` §1).
             for key in table_class::FROZEN_KEYS {
                 mask.push(ManifestPath::ConfigEntry { map: ConfigMap::Config, key: key.to_string() });
             }

@@ -100,7 +100,7 @@ impl Action for ChangeSchema {
         mask
     }
 
-    /// A schema change of a keyed table keeps exactly its primary key (RFC-023 §9).
+    /// A schema change of a keyed table keeps exactly its primary key (`design/fencing.md` §1).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         keeps_primary_key(ActionKind::ChangeSchema, state, &self.schema, true)
     }

@@ -54,7 +54,7 @@ pub(crate) fn supplier_writes(fields: &BTreeSet<i32>) -> Mask {
 }
 
 /// On a keyed table, a new schema must carry exactly the declared primary key, on the same field
-/// ids, non-nullable: overwrite and schema change preserve the key (RFC-023 §9).
+/// ids, non-nullable: overwrite and schema change preserve the key (`design/fencing.md` §1).
 ///
 /// `same_field_ids`: a schema change must keep the key on the same field ids; an overwrite assigns
 /// field ids afresh (Lance numbers an overwrite's fields by position), so only names are compared.

@@ -49,7 +49,7 @@ impl Action for ResetTable {
         Mask::new().with(ManifestPath::Table)
     }
 
-    /// An overwrite of a keyed table keeps exactly its primary key (RFC-023 §9).
+    /// An overwrite of a keyed table keeps exactly its primary key (`design/fencing.md` §1).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         keeps_primary_key(ActionKind::ResetTable, state, &self.schema, false)
     }

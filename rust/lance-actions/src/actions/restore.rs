@@ -3,7 +3,7 @@
 //! discarded, or when a peer is not understood.
 //!
 //! A restore is also a config and schema change: on a table with a declared class it must land on a
-//! version with the same class, key and fencing stamp (RFC-023 §8, as `UpdateConfig` already
+//! version with the same class, key and fencing stamp (`design/fencing.md` §1, as `UpdateConfig` already
 //! enforces). The restored version's class is a fact the commit layer reads (`target`).
 
 use super::life_prelude::*;

@@ -114,7 +114,7 @@ impl Action for UpdateConfig {
         )
     }
 
-    /// A table's class and key only roll forward (RFC-023 §8): once keyed, the class, key and
+    /// A table's class and key only roll forward (`design/fencing.md` §1): once keyed, the class, key and
     /// fencing stamp never change, and a table becomes keyed only when its schema carries the key.
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         if self.map != ConfigMap::Config {
