@@ -76,6 +76,9 @@ pub fn resolve(ours: &ActionTxn, inputs: &Inputs<'_>) -> Resolution {
 
 /// Judge `txn` against `inputs.peers`, rebasing it in place (no copy of the transaction).
 pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
+    // The peers are distinct commits, judged in commit order; a rebase's answer for one may rely on
+    // having seen the ones before it.
+    debug_assert!(inputs.peers.windows(2).all(|w| w[0].version < w[1].version), "peers in commit order");
     let mut peers = Vec::with_capacity(inputs.peers.len());
     // A retired branch takes no write, and a retirement takes no peer (crate::retired).
     let head = inputs.head.unwrap_or(inputs.base);
@@ -112,6 +115,16 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
+    // The screen ran on masks computed before the rebases: a rebase adjusts payloads, never the
+    // paths an action reads or writes.
+    debug_assert!(
+        txn.actions.iter().zip(&masks).all(|(a, m)| {
+            let mut now = a.reads();
+            now.extend(a.writes());
+            now == *m
+        }),
+        "a rebase changed an action's masks"
+    );
     if verdict.is_ok()
         && let Some(head) = inputs.head
     {

@@ -259,6 +259,8 @@ impl Lowering {
     fn take(&mut self, shell: OperationKind, action: &AnyAction) -> Result<()> {
         action.lower_into(self, shell)?;
         self.present.insert(action.kind());
+        // Positive and negative space: a taken action fills a slot, and the opaque one never does.
+        debug_assert!(action.kind() != ActionKind::Opaque, "an opaque action is never lowered");
         Ok(())
     }
 

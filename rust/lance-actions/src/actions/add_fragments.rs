@@ -194,13 +194,18 @@ impl Action for AddFragments {
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+        let bound_before = txn.assigned_fragment_ids.len();
         for fragment in &self.fragments {
             let id = state.allocate_fragment_id();
+            debug_assert!(!state.fragments.contains_key(&id), "fragment id {id} is bound twice");
             let mut bound = fragment.clone();
             bound.id = id;
             state.fragments.insert(id, bound);
             txn.assigned_fragment_ids.push(id);
         }
+        // One bound id per new fragment, ascending: what the fragment map pairs with the source's.
+        debug_assert_eq!(txn.assigned_fragment_ids.len() - bound_before, self.fragments.len());
+        debug_assert!(txn.assigned_fragment_ids[bound_before..].windows(2).all(|w| w[0] < w[1]));
     }
 }
 
