@@ -122,3 +122,24 @@ impl ActionLife for AddBases {
         format!("{paths:?}")
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    fn base(name: &str) -> AddBases {
+        AddBases { bases: vec![BasePath { id: 0, name: Some(name.into()), is_dataset_root: false, path: format!("/b/{name}") }] }
+    }
+
+    #[test]
+    fn life_cases() {
+        let add = |name| txn(OperationKind::UpdateBases, vec![base(name).into()]);
+        check(&[
+            case("base_after_committed_base_of_other_name_commutes", add("b1"), add("b2"), "ok"),
+            case("base_after_committed_base_of_same_name_fails", add("b1"), add("b1"), "fail"),
+        ]);
+        assert_eq!(rebound(base("b1")), Err(RebindRefusal::SourceBookkeeping { action: ActionKind::AddBases }));
+        assert_eq!(base("b1").describe(), "[\"/b/b1\"]");
+    }
+}

@@ -301,3 +301,69 @@ impl ActionLife for AddFragments {
         format!("{} fragment(s){keys}", self.fragments.len())
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+    use crate::txn::ActionTxn;
+
+    use crate::keys::{InsertedKeys, KeyHashSet};
+
+    fn insert(keys: Option<&[u64]>) -> AnyAction {
+        let keys = keys.map(|k| InsertedKeys {
+            lance_filter: None,
+            exact: Some(KeyHashSet::from_hashes(vec![0], k.iter().copied())),
+        });
+        AddFragments { fragments: vec![fragment(0)], keys }.into()
+    }
+
+    fn update(keys: Option<&[u64]>) -> ActionTxn {
+        txn(OperationKind::Update, vec![insert(keys)])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        let append = || txn(OperationKind::Append, vec![insert(None)]);
+        let overwrite = txn(
+            OperationKind::Overwrite,
+            vec![crate::actions::reset_table::ResetTable { schema: table().schema }.into(), insert(None)],
+        );
+        check(&[
+            case("append_after_committed_append_commutes", append(), append(), "ok"),
+            case("keyed_insert_after_committed_insert_of_the_same_key_retries", update(Some(&[5])), update(Some(&[5])), "retry"),
+            case("keyed_insert_after_committed_insert_of_other_keys_commutes", update(Some(&[5])), update(Some(&[6])), "ok"),
+            case("undeclared_insert_after_committed_keyed_insert_retries", append(), update(Some(&[5])), "retry"),
+            case("keyed_insert_after_committed_undeclared_insert_retries", update(Some(&[5])), append(), "retry"),
+            case("append_after_committed_overwrite_fails", append(), overwrite, "fail"),
+        ]);
+    }
+
+    #[test]
+    fn rebound_fragments_are_unbound_and_read_in_place() {
+        let Ok(AnyAction::AddFragments(a)) = rebound(AddFragments { fragments: vec![fragment(10)], keys: None }) else {
+            panic!("an append is replayable")
+        };
+        assert_eq!(a.fragments[0].id, 0, "bound when it lands on the target");
+        assert!(a.fragments[0].files.iter().all(|f| f.base_id == Some(GRAFTED_BASE)));
+    }
+
+    #[test]
+    fn squash_adds_take_their_commits_ids_and_refuse_more_fragments_than_ids() {
+        let two = AddFragments { fragments: vec![fragment(0), fragment(0)], keys: None };
+        let s = squashed(vec![(5, vec![4, 5], vec![two.clone().into()])]).expect("composes");
+        assert_eq!(s.new_ids, vec![4, 5]);
+        assert_eq!(s.txn.shell(), OperationKind::Append);
+        assert_eq!(
+            squashed(vec![(6, vec![4], vec![two.into()])]),
+            Err(SquashRefusal::MoreFragmentsThanIds { version: 6 })
+        );
+    }
+
+    #[test]
+    fn lowering_refuses_a_second_add_and_description_counts_fragments() {
+        let err = crate::lower(&txn(OperationKind::Append, vec![insert(None), insert(None)])).expect_err("two adds");
+        assert!(err.to_string().contains("more than one AddFragments"), "{err}");
+        assert_eq!(insert(Some(&[1, 2])).describe(), "1 fragment(s), 2 exact key(s) on fields [0]");
+    }
+}

@@ -201,3 +201,51 @@ impl ActionLife for AddIndex {
         format!("{} ({}) on fields {:?}", self.index.name, self.index.uuid, self.index.fields)
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+    use crate::txn::ActionTxn;
+
+    use crate::samples::index_on;
+
+    fn index(name: &str, field: i32, uuid: u128, fragments: &[u32]) -> AddIndex {
+        AddIndex { index: index_on(uuid::Uuid::from_u128(uuid), name, field, 1, fragments.iter().copied().collect()) }
+    }
+
+    fn create(a: AddIndex) -> ActionTxn {
+        txn(OperationKind::CreateIndex, vec![a.into()])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        check(&[
+            case(
+                "index_after_committed_index_of_other_name_commutes",
+                create(index("v_idx", 1, 2, &[0])),
+                create(index("s_idx", 2, 3, &[0])),
+                "ok",
+            ),
+            case(
+                "index_after_committed_index_of_same_name_retries",
+                create(index("v_idx", 1, 2, &[0])),
+                create(index("v_idx", 1, 3, &[0])),
+                "retry",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn rebind_reads_the_index_in_place_only_where_its_fragments_kept_their_ids() {
+        let Ok(AnyAction::AddIndex(a)) = rebound(index("v_idx", 1, 2, &[0, 1])) else { panic!("same ids: replayable") };
+        assert_eq!(a.index.base_id, Some(GRAFTED_BASE));
+        assert_eq!(
+            rebound(index("v_idx", 1, 2, &[10])),
+            Err(RebindRefusal::IndexOnMovedFragment { index: "v_idx".into(), fragment: 10, target: 20 })
+        );
+        assert_eq!(squashed(vec![(5, vec![], vec![index("v", 1, 2, &[0]).into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex }));
+        assert!(index("v_idx", 1, 2, &[0]).describe().starts_with("v_idx ("));
+    }
+}

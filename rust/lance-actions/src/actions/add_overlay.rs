@@ -156,3 +156,21 @@ impl ActionLife for AddOverlay {
         format!("fragment {}, {} overlay file(s)", self.group.fragment_id, self.group.overlays.len())
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let overlay = AddOverlay { group: DataOverlayGroup { fragment_id: 1, overlays: vec![] } };
+        assert!(matches!(
+            rebound(overlay.clone()),
+            Err(RebindRefusal::NotTranslatable { action: ActionKind::AddOverlay, .. })
+        ));
+        assert_eq!(overlay.describe(), "fragment 1, 0 overlay file(s)");
+        let err = crate::lower(&txn(OperationKind::Append, vec![overlay.into()])).expect_err("wrong shell");
+        assert!(err.to_string().contains("AddOverlay"), "{err}");
+    }
+}

@@ -153,3 +153,31 @@ impl ActionLife for ChangeSchema {
         )
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let project = |preserves| {
+            txn(OperationKind::Project, vec![ChangeSchema { schema: table().schema, preserves_nullability: preserves }.into()])
+        };
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        check(&[
+            case("append_after_committed_nullability_tightening_retries", append.clone(), project(false), "retry"),
+            case("append_after_committed_schema_change_preserving_nullability_commutes", append, project(true), "ok"),
+        ]);
+        let cs = ChangeSchema { schema: table().schema, preserves_nullability: true };
+        assert_eq!(rebound(cs.clone()), Ok(cs.clone().into()), "field ids are shared by both branches");
+        assert_eq!(cs.describe(), "3 field(s), preserves nullability: true");
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![cs.into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::ChangeSchema })
+        );
+    }
+}

@@ -82,3 +82,18 @@ impl ActionLife for CloneTable {
         format!("from {} v{}", self.ref_path, self.ref_version)
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let clone = CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None };
+        assert_eq!(rebound(clone.clone()), Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable }));
+        assert_eq!(clone.describe(), "from /src v3");
+        let err = crate::lower(&txn(OperationKind::Clone, vec![clone.clone().into(), clone.into()])).expect_err("two");
+        assert!(err.to_string().contains("more than one CloneTable"), "{err}");
+    }
+}

@@ -155,3 +155,21 @@ impl ActionLife for MergeColumns {
         format!("{} fragment(s) restated", self.fragments.len())
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn rebind_restates_exactly_the_targets_fragments() {
+        let all: Vec<Fragment> = (0..4).map(fragment).collect();
+        let Ok(AnyAction::MergeColumns(m)) = rebound(MergeColumns { fragments: all.clone() }) else {
+            panic!("the same fragments: replayable")
+        };
+        assert!(m.fragments.iter().all(|f| f.files.iter().all(|d| d.base_id == Some(GRAFTED_BASE))));
+        assert!(m.fragments[1].deletion_file.is_some(), "the target's deletion file is kept");
+        assert_eq!(rebound(MergeColumns { fragments: all[..3].to_vec() }), Err(RebindRefusal::FragmentsDiffer));
+        assert_eq!(MergeColumns { fragments: all }.describe(), "4 fragment(s) restated");
+    }
+}

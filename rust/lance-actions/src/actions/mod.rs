@@ -2,6 +2,8 @@
 //! Encoding lives in `codec`, which maps each action to its own protobuf message.
 
 pub mod add_bases;
+#[cfg(test)]
+pub(crate) mod cases;
 pub mod add_fragments;
 pub mod add_index;
 pub mod add_overlay;

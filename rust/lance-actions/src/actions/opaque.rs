@@ -68,3 +68,21 @@ impl ActionLife for Opaque {
         self.description.clone()
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let opaque = Opaque { description: "from the future".into() };
+        assert_eq!(rebound(opaque.clone()), Err(RebindRefusal::NotUnderstood { description: "from the future".into() }));
+        assert!(crate::lower(&txn(OperationKind::Unknown, vec![opaque.clone().into()])).is_err(), "never committed");
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        check(&[case("append_after_committed_opaque_operation_fails", append, txn(OperationKind::Unknown, vec![opaque.into()]), "fail")]);
+    }
+}

@@ -112,3 +112,44 @@ impl ActionLife for RemoveFragments {
         format!("fragments {:?}", self.ids)
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+    use crate::txn::ActionTxn;
+
+    fn remove(ids: &[u64]) -> ActionTxn {
+        txn(OperationKind::Delete, vec![RemoveFragments { ids: ids.to_vec() }.into()])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        check(&[
+            case("remove_after_committed_remove_of_other_fragment_commutes", remove(&[0]), remove(&[1]), "ok"),
+            case("remove_after_committed_remove_of_same_fragment_retries", remove(&[0]), remove(&[0]), "retry"),
+        ]);
+    }
+
+    #[test]
+    fn rebind_maps_created_fragments_and_refuses_unreplayed_ones() {
+        assert_eq!(rebound(RemoveFragments { ids: vec![2, 10] }), Ok(RemoveFragments { ids: vec![2, 20] }.into()));
+        assert_eq!(
+            rebound(RemoveFragments { ids: vec![11] }),
+            Err(RebindRefusal::UnreplayedFragment { fragment: 11 })
+        );
+    }
+
+    #[test]
+    fn squash_of_a_fragment_added_then_removed_leaves_nothing() {
+        let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
+        let s = squashed(vec![
+            (5, vec![4], vec![add.into()]),
+            (6, vec![], vec![RemoveFragments { ids: vec![4, 2] }.into()]),
+        ])
+        .expect("composes");
+        assert_eq!(s.new_ids, Vec::<u64>::new());
+        assert_eq!(s.txn.actions, vec![AnyAction::from(RemoveFragments { ids: vec![2] })], "only the older fragment");
+        assert_eq!(RemoveFragments { ids: vec![1, 2] }.describe(), "fragments [1, 2]");
+    }
+}

@@ -270,3 +270,27 @@ impl ActionLife for ReplaceFragmentColumns {
         }
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    fn replacement(fragment_id: u64) -> ReplaceFragmentColumns {
+        ReplaceFragmentColumns { target: ColumnTarget::File { fragment_id, file: fragment(0).files[0].clone() } }
+    }
+
+    #[test]
+    fn life_cases() {
+        let replace = |id| txn(OperationKind::DataReplacement, vec![replacement(id).into()]);
+        check(&[
+            case("replacement_after_committed_replacement_of_other_fragment_commutes", replace(0), replace(1), "ok"),
+            case("replacement_after_committed_replacement_of_same_fragment_retries", replace(0), replace(0), "retry"),
+        ]);
+        let Ok(AnyAction::ReplaceFragmentColumns(r)) = rebound(replacement(10)) else { panic!("replayable") };
+        let ColumnTarget::File { fragment_id, file } = r.target else { panic!("still a file replacement") };
+        assert_eq!((fragment_id, file.base_id), (20, Some(GRAFTED_BASE)));
+        assert_eq!(rebound(replacement(11)), Err(RebindRefusal::UnreplayedFragment { fragment: 11 }));
+        assert!(replacement(1).describe().starts_with("fragment 1, file "));
+    }
+}

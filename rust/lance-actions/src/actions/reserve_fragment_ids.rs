@@ -70,3 +70,20 @@ impl ActionLife for ReserveFragmentIds {
         format!("{} id(s)", self.count)
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let reserve = || txn(OperationKind::ReserveFragments, vec![ReserveFragmentIds { count: 2 }.into()]);
+        check(&[case("reservation_after_committed_reservation_commutes", reserve(), reserve(), "ok")]);
+        assert_eq!(
+            rebound(ReserveFragmentIds { count: 2 }),
+            Err(RebindRefusal::SourceBookkeeping { action: ActionKind::ReserveFragmentIds })
+        );
+        assert_eq!(ReserveFragmentIds { count: 2 }.describe(), "2 id(s)");
+    }
+}

@@ -93,3 +93,18 @@ impl ActionLife for ResetTable {
         format!("schema of {} field(s)", self.schema.fields_pre_order().count())
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let reset = || ResetTable { schema: table().schema };
+        let overwrite = || txn(OperationKind::Overwrite, vec![reset().into()]);
+        check(&[case("overwrite_after_committed_overwrite_retries", overwrite(), overwrite(), "retry")]);
+        assert_eq!(rebound(reset()), Err(RebindRefusal::ReplacesTable { action: ActionKind::ResetTable }));
+        assert_eq!(reset().describe(), "schema of 3 field(s)");
+    }
+}

@@ -171,3 +171,21 @@ mod tests {
         assert!(restore_to(&HashMap::new(), true).validate(&plain).is_ok(), "a key without a class is not a class");
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let restore = txn(OperationKind::Restore, vec![Restore::new(1).into()]);
+        check(&[case("append_after_committed_restore_fails", append, restore, "fail")]);
+        assert_eq!(rebound(Restore::new(1)), Err(RebindRefusal::ReplacesTable { action: ActionKind::Restore }));
+        assert_eq!(Restore::new(1).describe(), "version 1");
+    }
+}

@@ -216,3 +216,40 @@ impl ActionLife for RewriteFragments {
         format!("old fragments {:?}, {} index remap(s)", self.old_ids(), self.rewritten_indices.len())
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    use lance_table::transaction::RewriteGroup;
+
+    fn compaction(old: u64) -> RewriteFragments {
+        let mut new = fragment(old);
+        new.id = 0;
+        RewriteFragments {
+            groups: vec![RewriteGroup { old_fragments: vec![fragment(old)], new_fragments: vec![new] }],
+            rewritten_indices: vec![],
+            frag_reuse_index: None,
+        }
+    }
+
+    #[test]
+    fn life_cases() {
+        let rewrite = |old| txn(OperationKind::Rewrite, vec![compaction(old).into()]);
+        check(&[
+            case("compaction_after_committed_compaction_of_other_fragment_commutes", rewrite(0), rewrite(2), "ok"),
+            case("compaction_after_committed_compaction_of_same_fragment_retries", rewrite(0), rewrite(0), "retry"),
+        ]);
+        let Ok(AnyAction::RewriteFragments(r)) = rebound(compaction(1)) else { panic!("replayable") };
+        assert_eq!(r.groups[0].old_fragments[0], Target::default().head.fragments[&1], "the target's own");
+        assert_eq!(r.groups[0].new_fragments[0].files[0].base_id, Some(GRAFTED_BASE));
+        let mut with_deletions = compaction(1);
+        with_deletions.groups[0].new_fragments[0].deletion_file = Target::default().head.fragments[&1].deletion_file.clone();
+        assert_eq!(rebound(with_deletions), Err(RebindRefusal::CompactedWithDeletions));
+        let mut remapped = compaction(1);
+        remapped.frag_reuse_index = Some(crate::samples::index_on(uuid::Uuid::nil(), "reuse", 0, 1, Default::default()));
+        assert_eq!(rebound(remapped), Err(RebindRefusal::IndexRemapped));
+        assert_eq!(compaction(1).describe(), "old fragments {1}, 0 index remap(s)");
+    }
+}

@@ -333,3 +333,33 @@ mod tests {
         assert_eq!(verdict(&txn(ConfigMap::Config, "zzz", Some("1")), &replace), "ok");
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    use lance_table::transaction::UpdateMapEntry;
+
+    fn upsert(key: &str) -> UpdateConfig {
+        UpdateConfig {
+            map: ConfigMap::Config,
+            update: UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }], replace: false },
+        }
+    }
+
+    #[test]
+    fn life_cases() {
+        let config = |key| txn(OperationKind::UpdateConfig, vec![upsert(key).into()]);
+        check(&[
+            case("config_after_committed_config_of_other_key_commutes", config("k1"), config("k2"), "ok"),
+            case("config_after_committed_config_of_same_key_fails", config("k1"), config("k1"), "fail"),
+        ]);
+        assert_eq!(rebound(upsert("k1")), Ok(upsert("k1").into()), "keys are shared by both branches");
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![upsert("k1").into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::UpdateConfig })
+        );
+        assert_eq!(upsert("k1").describe(), "Config keys [\"k1\"]");
+    }
+}

@@ -259,3 +259,60 @@ mod tests {
         assert_eq!(update_vs.0, "retry", "update vs delete is a divergence");
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::txn::ActionTxn;
+
+    use crate::actions::cases::{self, case, check, fragment, rebound, rows, squashed, txn};
+
+    fn delete(id: u64, offsets: &[u32]) -> ActionTxn {
+        txn(OperationKind::Delete, vec![UpdateDeletionVector::new(fragment(id), Some(rows(offsets))).into()])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        let remove = txn(
+            OperationKind::Delete,
+            vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![0] }.into()],
+        );
+        check(&[
+            case("delete_after_committed_delete_of_other_rows_commutes", delete(0, &[1]), delete(0, &[2]), "ok"),
+            case("delete_after_committed_delete_of_same_rows_retries", delete(0, &[1]), delete(0, &[1]), "retry"),
+            case("delete_after_committed_delete_in_other_fragment_commutes", delete(0, &[1]), delete(1, &[1]), "ok"),
+            case("delete_after_committed_removal_of_its_fragment_retries", delete(0, &[1]), remove, "retry"),
+        ]);
+    }
+
+    #[test]
+    fn rebind_takes_the_targets_fragment_and_merges_with_its_vector() {
+        let Ok(AnyAction::UpdateDeletionVector(u)) = rebound(UpdateDeletionVector::new(fragment(1), Some(rows(&[3]))))
+        else {
+            panic!("a delete with known rows is replayable")
+        };
+        assert!(u.merge_with_head, "the target's own deletions are kept");
+        assert_eq!(u.fragment.deletion_file, cases::Target::default().head.fragments[&1].deletion_file);
+        assert_eq!(u.affected_rows, Some(rows(&[3])));
+        assert_eq!(
+            rebound(UpdateDeletionVector::new(fragment(1), None)),
+            Err(RebindRefusal::RowsUnknown { fragment: 1 })
+        );
+    }
+
+    #[test]
+    fn squash_unions_deletions_and_refuses_one_in_a_fragment_the_range_added() {
+        let d = |offsets: &[u32]| AnyAction::from(UpdateDeletionVector::new(fragment(1), Some(rows(offsets))));
+        let s = squashed(vec![(5, vec![], vec![d(&[1])]), (6, vec![], vec![d(&[2])])]).expect("composes");
+        assert_eq!(s.txn.shell(), OperationKind::Delete);
+        let AnyAction::UpdateDeletionVector(u) = &s.txn.actions[0] else { panic!("{:?}", s.txn.actions) };
+        assert_eq!(u.affected_rows, Some(rows(&[1, 2])));
+        let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
+        let into_added = UpdateDeletionVector::new(fragment(4), Some(rows(&[0])));
+        assert_eq!(
+            squashed(vec![(5, vec![4], vec![add.into()]), (6, vec![], vec![into_added.into()])]),
+            Err(SquashRefusal::DeletesAddedFragment { version: 6, fragment: 4 })
+        );
+        assert_eq!(d(&[1, 2]).describe(), "fragment 1, 2 row(s)");
+    }
+}

@@ -127,3 +127,23 @@ impl ActionLife for UpdateMemWalState {
         "shard generations in the context".into()
     }
 }
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        assert!(matches!(
+            rebound(UpdateMemWalState),
+            Err(RebindRefusal::NotTranslatable { action: ActionKind::UpdateMemWalState, .. })
+        ));
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let memwal = txn(OperationKind::UpdateMemWalState, vec![UpdateMemWalState.into()]);
+        check(&[case("append_after_committed_memwal_state_update_fails", append, memwal, "fail")]);
+    }
+}
