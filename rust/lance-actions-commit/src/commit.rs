@@ -461,8 +461,13 @@ fn judged_by_caller(
             detail: format!("judged up to v{}; v{} landed since", log.read_version, peer.version),
         }),
     };
-    let entry =
-        AttemptReport { head: latest.manifest().version, peers: Vec::new(), verdict, write: None, checking: started.elapsed() };
+    let entry = AttemptReport {
+        head: latest.manifest().version,
+        peers: Vec::new(),
+        verdict,
+        write: None,
+        checking: started.elapsed(),
+    };
     (fixed.ours.clone(), entry)
 }
 

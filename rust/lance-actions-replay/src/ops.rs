@@ -387,8 +387,11 @@ async fn discard(root: &Dataset, fresh: &str) {
 fn squash_pending(session: &mut Session, from: u64, to: u64, chain: &Chain) -> Result<()> {
     let in_range = |v: u64| (from..=to).contains(&v);
     let range: Vec<_> = session.pending.iter().filter(|s| s.chain == *chain && in_range(s.version)).cloned().collect();
-    let composed =
-        compose(&range).map_err(|e| Error::NotReplayable { branch: chain_name(chain).into(), version: to, why: e.into() })?;
+    let composed = compose(&range).map_err(|e| Error::NotReplayable {
+        branch: chain_name(chain).into(),
+        version: to,
+        why: e.into(),
+    })?;
     let mut rest: Vec<_> =
         session.pending.iter().filter(|s| !(s.chain == *chain && in_range(s.version))).cloned().collect();
     let at = rest.iter().position(|s| s.version > to).unwrap_or(rest.len());

@@ -615,7 +615,8 @@ impl Session {
             return Ok(Attempt::Again("the target gained the bases this replay needs".into()));
         }
         let peers = self.peers_from(history, cache).await?;
-        let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &cache.facts });
+        let r =
+            resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &cache.facts });
         // The key probe at this head; the write lands at the next version or not at all.
         let key = key_columns(&target);
         let none = KeyState::default();

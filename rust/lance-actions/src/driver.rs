@@ -6,10 +6,10 @@
 //! verdict, stopping at the first Fail. Then, when a head state is supplied, validate and apply our
 //! actions against it in order, so each sees the effects of the ones before it.
 //!
-//! Baseline resets are handled here (`design/action-model.md`, the driver, item 3): in a transaction that replaces the table
-//! (overwrite, restore), the fresh fragments and schema cannot conflict with anything the peers did
-//! to the old table, so only the reset itself and the named coordinates it also writes (config keys,
-//! bases) are rebased.
+//! Baseline resets are handled here (`design/action-model.md`, the driver, item 3): in a
+//! transaction that replaces the table (overwrite, restore), the fresh fragments and schema cannot
+//! conflict with anything the peers did to the old table, so only the reset itself and the named
+//! coordinates it also writes (config keys, bases) are rebased.
 
 use crate::action::{Action, ActionKind, AnyAction, IndexEdits, PeerAction, RebaseCx, RebaseFacts};
 use crate::path::{ManifestPath, Mask};

@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashMap};
 use lance_table::transaction::{Operation, UpdateMap, UpdateMapEntry};
 
 use crate::action::{Action, ActionKind, AnyAction};
-use crate::life::ActionLife;
 use crate::actions::{
     add_bases::AddBases,
     add_fragments::AddFragments,
@@ -31,6 +30,7 @@ use crate::actions::{
 use crate::context::{OperationKind, TxnContext};
 use crate::error::{Error, Result};
 use crate::keys::InsertedKeys;
+use crate::life::ActionLife;
 use crate::path::ConfigMap;
 use crate::txn::ActionTxn;
 

@@ -2,8 +2,8 @@
 //! provenance, idempotence, zero data copy, typed refusals.
 
 use lance::index::DatasetIndexExt;
-use lance_actions_replay::provenance::{SOURCE_BRANCH, SOURCE_TXN, SOURCE_VERSION};
 use lance_actions::RebindRefusal;
+use lance_actions_replay::provenance::{SOURCE_BRANCH, SOURCE_TXN, SOURCE_VERSION};
 use lance_actions_replay::{Error, Outcome, Refusal, ReplayOptions};
 use lance_index::IndexType;
 use lance_index::scalar::ScalarIndexParams;
@@ -188,7 +188,9 @@ async fn an_overwrite_cannot_be_replayed_and_is_refused_before_anything_is_writt
             assert_eq!(version, v);
             assert_eq!(
                 why,
-                Refusal::Rebind { source: RebindRefusal::ReplacesTable { action: lance_actions::ActionKind::ResetTable } }
+                Refusal::Rebind {
+                    source: RebindRefusal::ReplacesTable { action: lance_actions::ActionKind::ResetTable }
+                }
             );
             assert!(why.to_string().contains("ResetTable"), "{why}");
         }

@@ -129,7 +129,14 @@ mod case_tests {
     use crate::actions::cases::*;
 
     fn base(name: &str) -> AddBases {
-        AddBases { bases: vec![BasePath { id: 0, name: Some(name.into()), is_dataset_root: false, path: format!("/b/{name}") }] }
+        AddBases {
+            bases: vec![BasePath {
+                id: 0,
+                name: Some(name.into()),
+                is_dataset_root: false,
+                path: format!("/b/{name}"),
+            }],
+        }
     }
 
     #[test]

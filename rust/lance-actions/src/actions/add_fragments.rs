@@ -331,8 +331,18 @@ mod case_tests {
         );
         check(&[
             case("append_after_committed_append_commutes", append(), append(), "ok"),
-            case("keyed_insert_after_committed_insert_of_the_same_key_retries", update(Some(&[5])), update(Some(&[5])), "retry"),
-            case("keyed_insert_after_committed_insert_of_other_keys_commutes", update(Some(&[5])), update(Some(&[6])), "ok"),
+            case(
+                "keyed_insert_after_committed_insert_of_the_same_key_retries",
+                update(Some(&[5])),
+                update(Some(&[5])),
+                "retry",
+            ),
+            case(
+                "keyed_insert_after_committed_insert_of_other_keys_commutes",
+                update(Some(&[5])),
+                update(Some(&[6])),
+                "ok",
+            ),
             case("undeclared_insert_after_committed_keyed_insert_retries", append(), update(Some(&[5])), "retry"),
             case("keyed_insert_after_committed_undeclared_insert_retries", update(Some(&[5])), append(), "retry"),
             case("append_after_committed_overwrite_fails", append(), overwrite, "fail"),

@@ -244,8 +244,10 @@ mod case_tests {
             rebound(index("v_idx", 1, 2, &[10])),
             Err(RebindRefusal::IndexOnMovedFragment { index: "v_idx".into(), fragment: 10, target: 20 })
         );
-        assert_eq!(squashed(vec![(5, vec![], vec![index("v", 1, 2, &[0]).into()])]).map(|s| s.new_ids),
-            Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex }));
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![index("v", 1, 2, &[0]).into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex })
+        );
         assert!(index("v_idx", 1, 2, &[0]).describe().starts_with("v_idx ("));
     }
 }

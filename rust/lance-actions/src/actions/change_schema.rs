@@ -162,7 +162,10 @@ mod case_tests {
     #[test]
     fn life_cases() {
         let project = |preserves| {
-            txn(OperationKind::Project, vec![ChangeSchema { schema: table().schema, preserves_nullability: preserves }.into()])
+            txn(
+                OperationKind::Project,
+                vec![ChangeSchema { schema: table().schema, preserves_nullability: preserves }.into()],
+            )
         };
         let append = txn(
             OperationKind::Append,

@@ -90,7 +90,8 @@ mod case_tests {
 
     #[test]
     fn life_cases() {
-        let clone = CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None };
+        let clone =
+            CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None };
         assert_eq!(rebound(clone.clone()), Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable }));
         assert_eq!(clone.describe(), "from /src v3");
         let err = crate::lower(&txn(OperationKind::Clone, vec![clone.clone().into(), clone.into()])).expect_err("two");

@@ -110,7 +110,8 @@ mod case_tests {
                 Some(rows(&[0])),
             ))
         };
-        let add = AnyAction::from(crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None });
+        let add =
+            AnyAction::from(crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None });
         let s = squashed(vec![
             (5, vec![4], vec![delete(1), add, inv(vec![1], vec![2, 1]).into()]),
             (6, vec![], vec![delete(2), inv(vec![2], vec![1, 3]).into()]),

@@ -2,11 +2,11 @@
 //! Encoding lives in `codec`, which maps each action to its own protobuf message.
 
 pub mod add_bases;
-#[cfg(test)]
-pub(crate) mod cases;
 pub mod add_fragments;
 pub mod add_index;
 pub mod add_overlay;
+#[cfg(test)]
+pub(crate) mod cases;
 pub mod change_schema;
 pub mod clone_table;
 pub mod invalidate_index_coverage;

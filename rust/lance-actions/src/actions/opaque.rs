@@ -77,12 +77,20 @@ mod case_tests {
     #[test]
     fn life_cases() {
         let opaque = Opaque { description: "from the future".into() };
-        assert_eq!(rebound(opaque.clone()), Err(RebindRefusal::NotUnderstood { description: "from the future".into() }));
+        assert_eq!(
+            rebound(opaque.clone()),
+            Err(RebindRefusal::NotUnderstood { description: "from the future".into() })
+        );
         assert!(crate::lower(&txn(OperationKind::Unknown, vec![opaque.clone().into()])).is_err(), "never committed");
         let append = txn(
             OperationKind::Append,
             vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
         );
-        check(&[case("append_after_committed_opaque_operation_fails", append, txn(OperationKind::Unknown, vec![opaque.into()]), "fail")]);
+        check(&[case(
+            "append_after_committed_opaque_operation_fails",
+            append,
+            txn(OperationKind::Unknown, vec![opaque.into()]),
+            "fail",
+        )]);
     }
 }

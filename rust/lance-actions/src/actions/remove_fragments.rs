@@ -134,10 +134,7 @@ mod case_tests {
     #[test]
     fn rebind_maps_created_fragments_and_refuses_unreplayed_ones() {
         assert_eq!(rebound(RemoveFragments { ids: vec![2, 10] }), Ok(RemoveFragments { ids: vec![2, 20] }.into()));
-        assert_eq!(
-            rebound(RemoveFragments { ids: vec![11] }),
-            Err(RebindRefusal::UnreplayedFragment { fragment: 11 })
-        );
+        assert_eq!(rebound(RemoveFragments { ids: vec![11] }), Err(RebindRefusal::UnreplayedFragment { fragment: 11 }));
     }
 
     #[test]

@@ -234,9 +234,9 @@ impl ReplaceFragmentColumns {
 impl ActionLife for ReplaceFragmentColumns {
     fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
         match &self.target {
-            ColumnTarget::File { fragment_id, file } => slots
-                .replacements
-                .push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone())),
+            ColumnTarget::File { fragment_id, file } => {
+                slots.replacements.push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone()))
+            }
             ColumnTarget::Rewritten { fragment, fields } => {
                 slots.updated.push(fragment.clone());
                 slots.rewritten_fields.push(fields.clone());

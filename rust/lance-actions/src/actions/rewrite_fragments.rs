@@ -245,10 +245,12 @@ mod case_tests {
         assert_eq!(r.groups[0].old_fragments[0], Target::default().head.fragments[&1], "the target's own");
         assert_eq!(r.groups[0].new_fragments[0].files[0].base_id, Some(GRAFTED_BASE));
         let mut with_deletions = compaction(1);
-        with_deletions.groups[0].new_fragments[0].deletion_file = Target::default().head.fragments[&1].deletion_file.clone();
+        with_deletions.groups[0].new_fragments[0].deletion_file =
+            Target::default().head.fragments[&1].deletion_file.clone();
         assert_eq!(rebound(with_deletions), Err(RebindRefusal::CompactedWithDeletions));
         let mut remapped = compaction(1);
-        remapped.frag_reuse_index = Some(crate::samples::index_on(uuid::Uuid::nil(), "reuse", 0, 1, Default::default()));
+        remapped.frag_reuse_index =
+            Some(crate::samples::index_on(uuid::Uuid::nil(), "reuse", 0, 1, Default::default()));
         assert_eq!(rebound(remapped), Err(RebindRefusal::IndexRemapped));
         assert_eq!(compaction(1).describe(), "old fragments {1}, 0 index remap(s)");
     }

@@ -344,7 +344,10 @@ mod case_tests {
     fn upsert(key: &str) -> UpdateConfig {
         UpdateConfig {
             map: ConfigMap::Config,
-            update: UpdateMap { update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }], replace: false },
+            update: UpdateMap {
+                update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }],
+                replace: false,
+            },
         }
     }
 

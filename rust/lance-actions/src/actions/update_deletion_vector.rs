@@ -5,8 +5,8 @@
 //! (from the declared affected rows, or from the deletion files read by the commit layer) and marks
 //! the vector for union, which the commit layer performs by writing the merged deletion file.
 
-use super::life_prelude::*;
 use super::add_overlay::overlay_rows;
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::Fragment;
@@ -273,10 +273,8 @@ mod case_tests {
 
     #[test]
     fn rebase_cases() {
-        let remove = txn(
-            OperationKind::Delete,
-            vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![0] }.into()],
-        );
+        let remove =
+            txn(OperationKind::Delete, vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![0] }.into()]);
         check(&[
             case("delete_after_committed_delete_of_other_rows_commutes", delete(0, &[1]), delete(0, &[2]), "ok"),
             case("delete_after_committed_delete_of_same_rows_retries", delete(0, &[1]), delete(0, &[1]), "retry"),
