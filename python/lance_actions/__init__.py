@@ -257,7 +257,7 @@ def _key_list(key: Union[str, Sequence[str]]) -> List[str]:
 
 
 class KeyedTable:
-    """A Lance table with a primary key whose writes are fenced by key (RFC-023).
+    """A Lance table with a primary key whose writes are fenced by key (design/fencing.md).
 
     ``insert`` is strict: a key that exists, or that a concurrent writer inserted first, raises
     ``KeyConflict`` and nothing is written; it never turns into an update. ``upsert``,

@@ -132,6 +132,9 @@ pub struct ActionCommit {
     properties: HashMap<String, String>,
     handler: Option<Arc<dyn CommitHandler>>,
     uuid: Option<String>,
+    /// The caller judged the actions up to the read version itself (see
+    /// [`ActionCommit::judged_up_to_read_version`]).
+    judged: bool,
 }
 
 /// The extension of `lance::Dataset`: commit staged work through the action driver.
@@ -148,6 +151,7 @@ impl DatasetActionsExt for Arc<Dataset> {
             properties: HashMap::new(),
             handler: None,
             uuid: None,
+            judged: false,
         }
     }
 }
@@ -219,6 +223,19 @@ impl ActionCommit {
     pub async fn execute_actions(self, read_version: u64, actions: ActionTxn) -> CommitResult<(Dataset, CommitReport)> {
         let uuid = self.uuid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
         self.run(read_version, actions, uuid, None, HashMap::new()).await
+    }
+
+    /// The caller has judged the actions against everything committed up to the read version
+    /// itself (replay judges a replayed commit against the target's history since the merge base,
+    /// with its own row facts and key probe): write them at exactly `read_version + 1`, in one
+    /// attempt, without judging them again. A writer that landed after the read version ends the
+    /// commit as [`CommitError::Retry`] ([`lance_actions::Rule::HeadMoved`]), one that takes the
+    /// version at the write as [`CommitError::RetriesExhausted`]; either way nothing was written
+    /// and the caller judges again on the new head, in its own retry loop.
+    pub fn judged_up_to_read_version(mut self) -> Self {
+        self.judged = true;
+        self.retry = self.retry.with_max_attempts(1);
+        self
     }
 
     /// The caller's properties over the staged ones, refusing reserved keys.
@@ -336,7 +353,7 @@ impl ActionCommit {
         let base = table_state(&at_read).await?;
         let (inner_handler, seen_head) = self.inner_handler().await?;
         let prepared = Prepared::of(&ours);
-        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner_handler, seen_head })
+        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner_handler, seen_head, judged: self.judged })
     }
 
     /// The head as of now. `hint` is a head version listed moments ago (the handler check's, for
@@ -366,6 +383,9 @@ struct Fixed {
     inner_handler: Arc<dyn CommitHandler>,
     /// The head version the handler check listed (`None` with a caller's handler: not listed).
     seen_head: Option<u64>,
+    /// The caller judged the actions up to the read version itself
+    /// ([`ActionCommit::judged_up_to_read_version`]).
+    judged: bool,
 }
 
 /// What the attempts of one commit carry forward: the peers read so far (decoded, masks computed),
@@ -448,6 +468,9 @@ async fn judge_attempt(
     txn: &mut ActionTxn,
     started: Instant,
 ) -> CommitResult<AttemptReport> {
+    if fixed.judged {
+        return Ok(judged_by_caller(latest, &state.log, started));
+    }
     let peers = &state.log.peers;
     // With no peer the head is the base: skip re-reading it.
     let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
@@ -465,6 +488,29 @@ async fn judge_attempt(
         write: None,
         checking: started.elapsed(),
     })
+}
+
+/// The caller judged our actions up to the read version: with no peer since, they stand as judged;
+/// a peer since ends the attempt, for the caller to judge again on the new head.
+fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> AttemptReport {
+    let verdict = match log.peers.first() {
+        None => Verdict::Ok,
+        Some(peer) => Verdict::Retry(lance_actions::Reason {
+            rule: lance_actions::Rule::HeadMoved,
+            ours: lance_actions::ActionKind::TxnContext,
+            peer_version: Some(peer.version),
+            peer_action: None,
+            path: None,
+            detail: format!("judged up to v{}; v{} landed since", log.read_version, peer.version),
+        }),
+    };
+    AttemptReport {
+        head: latest.manifest().version,
+        peers: Vec::new(),
+        verdict,
+        write: None,
+        checking: started.elapsed(),
+    }
 }
 
 /// How a manifest write ended, when it did not end in an error.

@@ -1,4 +1,4 @@
-//! Bounded work per staged chunk (RFC-023 §5.1, OmniGraph's limits): at most 8,192 rows and 32 MiB
+//! Bounded work per staged chunk (`design/fencing.md` §2): at most 8,192 rows and 32 MiB
 //! of Arrow data, so a merge-insert's join and a writer's buffers stay bounded by the chunk, not by
 //! the size of the write.
 

@@ -4,7 +4,7 @@
 use lance_actions_commit::CommitError;
 use snafu::Snafu;
 
-/// Why a key conflicted. All causes are the same external `KeyConflict` (RFC-023 §6): a strict
+/// Why a key conflicted. All causes are the same external `KeyConflict` (`design/fencing.md` §2): a strict
 /// insert never switches to an update, and the caller decides whether to resubmit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConflictCause {

@@ -1,6 +1,6 @@
 //! # lance-actions-keyed
 //!
-//! Keyed Lance tables with key-conflict fencing (RFC-023). A table is declared keyed (or keyless
+//! Keyed Lance tables with key-conflict fencing (`design/fencing.md`). A table is declared keyed (or keyless
 //! append-only) in its manifest; on a keyed table every write is an action sequence through the
 //! commit driver that declares the keys it may insert, as an exact 64-bit key-hash set next to
 //! Lance's own bloom filter. Two concurrent writes that may insert the same key never both commit

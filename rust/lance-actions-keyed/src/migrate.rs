@@ -1,4 +1,4 @@
-//! All-branch primary-key migration behind a format barrier (RFC-023 §7-§8).
+//! All-branch primary-key migration behind a format barrier (`design/fencing.md` §5-§6).
 //!
 //! 1. Enumerate main and every Lance branch; for each branch head, check the key columns exist
 //!    with a key type, hold no null and no duplicate key, and carry no *different* primary key.

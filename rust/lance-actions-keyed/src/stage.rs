@@ -5,7 +5,7 @@
 //! which has no base to conflict with.
 //!
 //! A source-walk test (`tests/keyed/guards.rs`) fails if any other production module names these
-//! entry points: a keyed append must be hard to express by accident (RFC-023 §5.1).
+//! entry points: a keyed append must be hard to express by accident (`design/fencing.md` §1).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,7 +67,7 @@ pub(crate) async fn new_fragments(dataset: &Arc<Dataset>, batches: Vec<RecordBat
 
 /// Stage a merge-insert on exactly the key columns. With a scalar index on the key Lance takes its
 /// indexed path, whose cost does not grow with the table but which attaches no key filter; the
-/// caller then attaches one built from the merge's keys (RFC-023 §5.2's option 2, done here rather
+/// caller then attaches one built from the merge's keys (`design/fencing.md` §3, done here rather
 /// than upstream). Without one, Lance's v2 path attaches its own. Lance's own retries are off:
 /// conflicts are the driver's to judge.
 pub(crate) async fn merge_on_key(
@@ -114,7 +114,7 @@ pub(crate) async fn overwrite(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>)
 }
 
 /// Stage a plain append. Only [`crate::KeylessTable`] calls this: the class check there is what
-/// makes it legal (RFC-023 §4.2).
+/// makes it legal (`design/fencing.md` §1).
 pub(crate) async fn keyless_append(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Transaction> {
     let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
     InsertBuilder::new(dataset.clone())

@@ -78,7 +78,7 @@ impl std::fmt::Debug for KeyedTable {
     }
 }
 
-/// The config a keyed table is created with, fencing stamp included (RFC-023 §7.2: a table created
+/// The config a keyed table is created with, fencing stamp included (`design/fencing.md` §5: a table created
 /// at the fencing format has its key from the first version; there is no annotation window).
 pub fn keyed_config(key: &[String]) -> HashMap<String, String> {
     HashMap::from([
@@ -193,7 +193,7 @@ fn staging_sibling(path: &std::path::Path) -> Result<std::path::PathBuf> {
     Ok(path.with_file_name(format!(".{name}.creating-{suffix:016x}")))
 }
 
-/// Check the fencing stamp on main (RFC-023 §7.1: read from main before any branch is opened).
+/// Check the fencing stamp on main (`design/fencing.md` §5: read from main before any branch is opened).
 async fn check_stamp(dataset: &Dataset, uri: &str, branch_is_keyed: bool) -> Result<()> {
     let main = match dataset.manifest().branch.as_deref() {
         None => dataset.clone(),
@@ -345,7 +345,7 @@ impl KeyedTable {
     }
 }
 
-/// A table declared keyless and append-only (RFC-023 §4.2): plain appends, no key guarantee.
+/// A table declared keyless and append-only (`design/fencing.md` §1): plain appends, no key guarantee.
 #[derive(Clone)]
 pub struct KeylessTable {
     dataset: Arc<Dataset>,

@@ -1,4 +1,4 @@
-//! Write routing on a keyed table (RFC-023 §5). Each write is one action sequence per chunk,
+//! Write routing on a keyed table (`design/fencing.md` §2). Each write is one action sequence per chunk,
 //! committed through the driver:
 //!
 //! | write | staged with | actions | on a concurrent key race |
@@ -9,7 +9,7 @@
 //! | delete by key | Lance's delete | lifted Delete | re-run |
 //! | overwrite | Lance's writer, key schema | ResetTable + AddFragments | re-run |
 //!
-//! A re-run is the whole logical attempt: new snapshot, re-validation, re-staging (RFC-023 §6).
+//! A re-run is the whole logical attempt: new snapshot, re-validation, re-staging (`design/fencing.md` §2).
 //! A staged batch is never committed against a base other than the one it was staged on.
 
 use std::sync::Arc;

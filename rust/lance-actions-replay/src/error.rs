@@ -26,7 +26,7 @@ pub enum Error {
     InvalidName { name: String, why: String },
 
     #[snafu(display("version {version} of '{branch}' cannot be replayed: {why}; nothing was written"))]
-    NotReplayable { branch: String, version: u64, why: String },
+    NotReplayable { branch: String, version: u64, why: Refusal },
 
     #[snafu(display("version {version} is not in the history of '{branch}' since it forked from '{target}'"))]
     NotInHistory { branch: String, version: u64, target: String },
@@ -82,6 +82,46 @@ impl From<BranchError> for Error {
 impl From<lance_actions_commit::Error> for Error {
     fn from(source: lance_actions_commit::Error) -> Self {
         Error::Layer { source }
+    }
+}
+
+/// Why a source commit cannot be replayed, in the user's terms. Typed so callers can tell a commit
+/// that needs another one first from one that can never be replayed.
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum Refusal {
+    /// One of its actions cannot be bound to the target (the action module's own refusal).
+    #[snafu(display("{source}"))]
+    Rebind { source: lance_actions::RebindRefusal },
+
+    /// The range it stands for does not compose into one commit.
+    #[snafu(display("{source}"))]
+    Squash { source: lance_actions::SquashRefusal },
+
+    /// It squashes commits of which the target has some already.
+    #[snafu(display("it squashes {commits} commits of which the target already has {known}"))]
+    PartlyOnTarget { commits: usize, known: usize },
+
+    /// Its replay created another number of fragments than it did, so they cannot be paired up.
+    #[snafu(display("the replay created {replayed} fragment(s) where the source created {created}"))]
+    FragmentCount { replayed: usize, created: usize },
+}
+
+impl From<lance_actions::RebindRefusal> for Refusal {
+    fn from(source: lance_actions::RebindRefusal) -> Self {
+        Refusal::Rebind { source }
+    }
+}
+
+impl From<lance_actions::SquashRefusal> for Refusal {
+    fn from(source: lance_actions::SquashRefusal) -> Self {
+        Refusal::Squash { source }
+    }
+}
+
+impl From<crate::remap::CountMismatch> for Refusal {
+    fn from(m: crate::remap::CountMismatch) -> Self {
+        Refusal::FragmentCount { replayed: m.replayed, created: m.source }
     }
 }
 

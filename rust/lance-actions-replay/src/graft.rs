@@ -8,7 +8,8 @@
 
 use std::collections::HashMap;
 
-use lance_table::format::{BasePath, DataFile, Fragment, IndexMetadata};
+use lance_actions::RebindRefusal;
+use lance_table::format::{BasePath, DataFile, IndexMetadata};
 
 /// How a source's base ids map into a target, and which bases the target must gain.
 #[derive(Debug, Clone)]
@@ -51,19 +52,14 @@ impl Graft {
     /// The target base id for a source base id (`None` = the source's root). `Err` for a base id the
     /// source's manifest does not define: reusing the number would make the target read whatever
     /// location its own base of that id names.
-    pub fn map_base(&mut self, source_base: Option<u32>) -> Result<Option<u32>, String> {
+    pub fn map_base(&mut self, source_base: Option<u32>) -> Result<Option<u32>, RebindRefusal> {
         let (location, name, is_root) = match source_base {
             None => (self.source_root.clone(), Some(format!("graft:{}", self.source_name)), true),
             // Lance refuses a second base without a name (an unnamed one clashes with the clone's
             // own unnamed base), so an inherited base gets one too, unique by its location.
             Some(id) => match self.source_bases.get(&id) {
                 Some(b) => (b.path.clone(), Some(format!("graft:{}", normalise(&b.path))), b.is_dataset_root),
-                None => {
-                    return Err(format!(
-                        "it references base path {id}, which branch '{}' does not define",
-                        self.source_name
-                    ));
-                }
+                None => return Err(RebindRefusal::UndefinedBase { base: id, branch: self.source_name.clone() }),
             },
         };
         let key = normalise(&location);
@@ -74,26 +70,21 @@ impl Graft {
             return Ok(Some(*id));
         }
         let id = (1..).find(|id| !self.taken.contains(id)).unwrap_or(u32::MAX);
+        // Base id 0 is Lance's own root; a fresh id is never one the target already uses.
+        debug_assert!(id != 0 && !self.taken.contains(&id), "a fresh base id is non-zero and unused");
         self.taken.push(id);
         self.by_location.insert(key, id);
         self.new_bases.push(BasePath { id, name, is_dataset_root: is_root, path: location });
         Ok(Some(id))
     }
 
-    pub fn data_file(&mut self, file: &DataFile) -> Result<DataFile, String> {
+    pub fn data_file(&mut self, file: &DataFile) -> Result<DataFile, RebindRefusal> {
         let mut out = file.clone();
         out.base_id = self.map_base(file.base_id)?;
         Ok(out)
     }
 
-    /// A fragment's data files grafted; its deletion file is left to the caller (re-derived).
-    pub fn fragment_files(&mut self, fragment: &Fragment) -> Result<Fragment, String> {
-        let mut out = fragment.clone();
-        out.files = fragment.files.iter().map(|f| self.data_file(f)).collect::<Result<_, _>>()?;
-        Ok(out)
-    }
-
-    pub fn index(&mut self, index: &IndexMetadata) -> Result<IndexMetadata, String> {
+    pub fn index(&mut self, index: &IndexMetadata) -> Result<IndexMetadata, RebindRefusal> {
         let mut out = index.clone();
         out.base_id = self.map_base(index.base_id)?;
         Ok(out)
@@ -135,7 +126,8 @@ mod tests {
         let target_bases = HashMap::from([(3, BasePath::new(3, "/elsewhere".into(), Some("other".into()), true))]);
         let mut g = Graft::new("/d/t", &target_bases, "/d/t/tree/feature", "feature", &HashMap::new());
         let err = g.map_base(Some(3)).expect_err("dangling");
-        assert!(err.contains("base path 3") && err.contains("feature"), "{err}");
+        assert_eq!(err, RebindRefusal::UndefinedBase { base: 3, branch: "feature".into() });
+        assert!(err.to_string().contains("base path 3"), "{err}");
         assert!(g.new_bases.is_empty());
     }
 }

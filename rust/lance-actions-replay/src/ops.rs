@@ -96,18 +96,19 @@ enum Run {
 
 /// Plan, then (unless dry) execute.
 async fn run(session: &mut Session, options: &ReplayOptions) -> Result<Run> {
-    let planned = match session.plan(&options.progress).await? {
-        Err(conflicts) => return Ok(Run::Conflicted(conflicts, Vec::new())),
-        Ok(plan) => plan,
-    };
+    let planned = session.plan(&options.progress).await?;
+    if !planned.is_clean() {
+        return Ok(Run::Conflicted(planned.conflicts, Vec::new()));
+    }
     if options.dry_run {
         return Ok(Run::Done(planned.landed, planned.converged));
     }
     // A convergent commit writes nothing, not even the bases its replay would have needed.
     session.pending.retain(|s| !planned.converged.contains(&s.version));
-    Ok(match session.execute(&options.retry, &options.progress).await? {
-        Ok(done) => Run::Done(done.landed, with_converged(planned.converged, done.converged)),
-        Err((done, conflicts)) => Run::Conflicted(conflicts, done.landed),
+    let done = session.execute(&options.retry, &options.progress).await?;
+    Ok(match done.is_clean() {
+        true => Run::Done(done.landed, with_converged(planned.converged, done.converged)),
+        false => Run::Conflicted(done.conflicts, done.landed),
     })
 }
 
@@ -389,8 +390,11 @@ async fn discard(root: &Dataset, fresh: &str) {
 fn squash_pending(session: &mut Session, from: u64, to: u64, chain: &Chain) -> Result<()> {
     let in_range = |v: u64| (from..=to).contains(&v);
     let range: Vec<_> = session.pending.iter().filter(|s| s.chain == *chain && in_range(s.version)).cloned().collect();
-    let composed =
-        compose(&range).map_err(|why| Error::NotReplayable { branch: chain_name(chain).into(), version: to, why })?;
+    let composed = compose(&range).map_err(|e| Error::NotReplayable {
+        branch: chain_name(chain).into(),
+        version: to,
+        why: e.into(),
+    })?;
     let mut rest: Vec<_> =
         session.pending.iter().filter(|s| !(s.chain == *chain && in_range(s.version))).cloned().collect();
     let at = rest.iter().position(|s| s.version > to).unwrap_or(rest.len());

@@ -2,10 +2,12 @@
 //! same driver as any other commit.
 //!
 //! A [`Session`] holds what both sides did since their merge base. Each source commit is bound to
-//! the target ([`crate::remap`]), judged by the pure driver against the target's own commits since
-//! the merge base (what the source never saw), and, when it commutes, committed through the commit
-//! loop, which judges any writer that lands on the target meanwhile. A dry run stops before the
-//! first write and simulates the rest on the model's table state.
+//! the target ([`crate::remap`]), judged once per attempt by the pure driver against the target's
+//! own commits since the merge base (what the source never saw) up to the head it was bound on, and,
+//! when it commutes, written at exactly the version after that head: a writer landing meanwhile
+//! ends the attempt, and the next one binds and judges on the new head. One retry policy bounds
+//! the attempts. A dry run stops before the first write and simulates the rest on the model's
+//! table state.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_table::format::{BasePath, Fragment};
 use roaring::RoaringBitmap;
 
-use crate::error::{Error, LanceContext, Result};
+use crate::error::{Error, LanceContext, Refusal, Result};
 use crate::graft::Graft;
 use crate::keycheck::{KeyState, Probe, inserts_rows, probe};
 use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
@@ -47,8 +49,8 @@ pub struct SourceCommit {
 
 impl SourceCommit {
     /// The typed refusal to replay this commit, with the reason.
-    pub(crate) fn not_replayable(&self, why: String) -> Error {
-        Error::NotReplayable { branch: chain_name(&self.chain).into(), version: self.version, why }
+    pub(crate) fn not_replayable(&self, why: impl Into<Refusal>) -> Error {
+        Error::NotReplayable { branch: chain_name(&self.chain).into(), version: self.version, why: why.into() }
     }
 }
 
@@ -112,7 +114,8 @@ impl ReplayFacts {
     }
 }
 
-/// What a plan would land, or what an execution landed.
+/// What a plan would land, or what an execution landed, and the conflicts that stopped it: the one
+/// result of planning and of executing (an error aside).
 #[derive(Debug, Default, Clone)]
 pub struct Plan {
     /// Bases the target gains (plan only).
@@ -120,6 +123,16 @@ pub struct Plan {
     pub landed: Vec<Landed>,
     /// Source versions that converged: the target already had their every change, nothing written.
     pub converged: Vec<u64>,
+    /// Why the replay does not commute, when it does not. A plan keeps judging the commits after a
+    /// conflicting one (until one depends on a commit left out); an execution stops at the first.
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Plan {
+    /// Every commit commutes with the target (or converged).
+    pub fn is_clean(&self) -> bool {
+        self.conflicts.is_empty()
+    }
 }
 
 /// A replay's verdict on the target, its key probe included.
@@ -127,6 +140,32 @@ enum StepVerdict {
     Go(Option<Probe>),
     Converged,
     Conflicts(Vec<Conflict>),
+}
+
+/// How replaying one commit ended.
+enum Step {
+    Landed(Landed),
+    /// The target already had its every change: nothing written.
+    Converged,
+    Conflicted(Vec<Conflict>),
+}
+
+/// How one attempt at replaying a commit ended, when it did not end the step.
+enum Attempt {
+    Done(Step),
+    /// The target moved (a writer landed, bases were added, another replay won): try again, for
+    /// this reason.
+    Again(String),
+}
+
+/// The target's commits already turned into peers, by chain and version: a committed version never
+/// changes, so an attempt decodes (and reads the deletion vectors of) only the commits that landed
+/// since the previous attempt.
+#[derive(Default)]
+struct PeerCache {
+    /// `None`: the commit is no peer (one of this source's replays, or bookkeeping).
+    decoded: HashMap<(Chain, u64), Option<Peer>>,
+    facts: ReplayFacts,
 }
 
 /// Both sides of a replay since their merge base.
@@ -213,8 +252,7 @@ impl Session {
             let wanted = only.is_none_or(|v| s.chain == *source && v.contains(&s.version));
             let known = s.origins.iter().filter(|o| target_known.contains(*o)).count();
             if known > 0 && known < s.origins.len() {
-                let why = format!("it squashes {} commits of which the target already has {known}", s.origins.len());
-                return Err(s.not_replayable(why));
+                return Err(s.not_replayable(Refusal::PartlyOnTarget { commits: s.origins.len(), known }));
             }
             // Branch bookkeeping (grafted bases, names in a legacy config, retirements) is never
             // replayed as data.
@@ -279,7 +317,7 @@ impl Session {
                 && !s.new_ids.is_empty()
             {
                 let target_new = new_fragment_ids(&self.root, &t.chain, t.version).await?;
-                self.fragments.record(&s.new_ids, &target_new).map_err(|why| s.not_replayable(why))?;
+                self.fragments.record(&s.new_ids, &target_new).map_err(|m| s.not_replayable(m))?;
             }
         }
         Ok(())
@@ -288,35 +326,50 @@ impl Session {
     /// The target's own commits since the merge base (what the source never saw), as peers, with
     /// the row facts their deletion vectors need.
     async fn target_peers(&self) -> Result<(Vec<Peer>, ReplayFacts)> {
-        self.peers_from(self.target_history().await?).await
+        let mut cache = PeerCache::default();
+        let peers = self.peers_from(self.target_history().await?, &mut cache).await?;
+        Ok((peers, cache.facts))
     }
 
-    /// [`Self::target_peers`] from a history already read.
-    async fn peers_from(&self, history: Vec<Commit>) -> Result<(Vec<Peer>, ReplayFacts)> {
+    /// [`Self::target_peers`] from a history already read, decoding only what `cache` lacks.
+    async fn peers_from(&self, history: Vec<Commit>, cache: &mut PeerCache) -> Result<Vec<Peer>> {
         let mut peers = Vec::new();
-        let mut facts = ReplayFacts::default();
         for c in history {
-            let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o) || self.is_pending(o));
-            if ours {
-                continue;
+            let key = (c.chain.clone(), c.version);
+            if !cache.decoded.contains_key(&key) {
+                let peer = self.peer_of(c, &mut cache.facts).await?;
+                cache.decoded.insert(key.clone(), peer);
             }
-            let mut txn = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
-            if is_bookkeeping(&txn) {
-                continue;
+            if let Some(Some(peer)) = cache.decoded.get(&key) {
+                peers.push(peer.clone());
             }
-            self.fill_deleted_rows(&c, &mut txn).await?;
-            let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
-            for a in &txn.actions {
-                if let AnyAction::UpdateDeletionVector(u) = a {
-                    facts.load(&at, &u.fragment).await?;
-                    if let Some(b) = self.base_state.fragment(u.fragment.id) {
-                        facts.load(&self.base_dataset, b).await?;
-                    }
+        }
+        debug_assert!(peers.windows(2).all(|w| w[0].version < w[1].version), "peers in commit order");
+        Ok(peers)
+    }
+
+    /// One target commit as a peer (with the deletion vectors its rebase may compare loaded into
+    /// `facts`), or `None` when it is one of this source's replays or bookkeeping.
+    async fn peer_of(&self, c: Commit, facts: &mut ReplayFacts) -> Result<Option<Peer>> {
+        let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o) || self.is_pending(o));
+        if ours {
+            return Ok(None);
+        }
+        let mut txn = actions_of(&c.txn).map_err(|source| Error::Model { source })?;
+        if is_bookkeeping(&txn) {
+            return Ok(None);
+        }
+        self.fill_deleted_rows(&c, &mut txn).await?;
+        let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
+        for a in &txn.actions {
+            if let AnyAction::UpdateDeletionVector(u) = a {
+                facts.load(&at, &u.fragment).await?;
+                if let Some(b) = self.base_state.fragment(u.fragment.id) {
+                    facts.load(&self.base_dataset, b).await?;
                 }
             }
-            peers.push(Peer::new(c.version, txn));
         }
-        Ok((peers, facts))
+        Ok(Some(Peer::new(c.version, txn)))
     }
 
     /// The target's commits since the merge base, read now.
@@ -346,6 +399,7 @@ impl Session {
         );
         let mut cx = RemapCx { graft: &mut graft, fragments, head };
         let mut txn = remap(&step.actions, &mut cx).map_err(|why| step.not_replayable(why))?;
+        debug_assert!(step.origins.iter().all(|o| !o.is_empty()), "a replay claims the commits it stands for");
         // Claimed in the transaction: a concurrent replay of the same commit conflicts with it.
         txn.context.replay_origins = step.origins.clone();
         Ok((graft.new_bases, txn))
@@ -416,9 +470,9 @@ impl Session {
     }
 
     /// Judge every pending commit in order on the model's table state, writing nothing. Returns
-    /// the plan, or every conflict found: a conflicting commit is left out and the later ones are
+    /// the plan with every conflict found: a conflicting commit is left out and the later ones are
     /// still judged, until one depends on a commit left out.
-    pub async fn plan(&self, progress: &Progress) -> Result<Result<Plan, Vec<Conflict>>> {
+    pub async fn plan(&self, progress: &Progress) -> Result<Plan> {
         let target = Arc::new(open_chain(&self.root, &self.target).await?);
         let key = key_columns(&target);
         let mut head = table_state(&target).await?;
@@ -426,7 +480,6 @@ impl Session {
         let mut fragments = self.fragments.clone();
         let mut keys = KeyState::default();
         let mut plan = Plan::default();
-        let mut conflicts = Vec::new();
         let mut version = head.version;
         let total = self.pending.len();
         for (i, step) in self.pending.iter().enumerate() {
@@ -435,7 +488,7 @@ impl Session {
             let (new_bases, txn) = match self.bind(step, &head, &source_ds, &fragments) {
                 Ok(bound) => bound,
                 // It needs a commit left out for its conflicts: what was found is the answer.
-                Err(_) if !conflicts.is_empty() => break,
+                Err(_) if !plan.is_clean() => break,
                 Err(e) => return Err(e),
             };
             if !new_bases.is_empty() {
@@ -454,12 +507,12 @@ impl Session {
                     continue;
                 }
                 StepVerdict::Conflicts(found) => {
-                    conflicts.extend(found);
+                    plan.conflicts.extend(found);
                     continue;
                 }
             };
             let assigned = apply(&mut head, &r.txn);
-            fragments.record(&step.new_ids, &assigned).map_err(|why| step.not_replayable(why))?;
+            fragments.record(&step.new_ids, &assigned).map_err(|m| step.not_replayable(m))?;
             keys.hide(&r.txn);
             if let Some(p) = probed {
                 keys.insert(p.inserted, &step.new_ids, &assigned);
@@ -467,46 +520,40 @@ impl Session {
             version += 1;
             plan.landed.push(Landed { source_version: step.version, target_version: version, adopted: false });
         }
-        Ok(if conflicts.is_empty() { Ok(plan) } else { Err(conflicts) })
+        Ok(plan)
     }
 
     /// Replay every pending commit for real, one commit each (plus one commit adding the bases the
     /// first replay from a location needs); a convergent one is skipped (`Plan::converged`). Stops
-    /// at the first conflicting commit; what landed before it stays (each replay is atomic, the
-    /// sequence is not).
-    pub async fn execute(
-        &mut self,
-        retry: &RetryPolicy,
-        progress: &Progress,
-    ) -> Result<Result<Plan, (Plan, Vec<Conflict>)>> {
+    /// at the first conflicting commit (`Plan::conflicts`); what landed before it stays (each replay
+    /// is atomic, the sequence is not).
+    pub async fn execute(&mut self, retry: &RetryPolicy, progress: &Progress) -> Result<Plan> {
         let mut done = Plan::default();
         let pending = std::mem::take(&mut self.pending);
         for (i, step) in pending.iter().enumerate() {
             // Later steps are still pending for the peer filter: their replays are ours.
             self.pending = pending[i..].to_vec();
             match self.execute_step(step, retry).await? {
-                Ok(Some(l)) => done.landed.push(l),
-                Ok(None) => done.converged.push(step.version),
-                Err(c) => return Ok(Err((done, c))),
+                Step::Landed(l) => done.landed.push(l),
+                Step::Converged => done.converged.push(step.version),
+                Step::Conflicted(found) => {
+                    done.conflicts = found;
+                    return Ok(done);
+                }
             }
             progress.tell("commits", i + 1, pending.len());
         }
         self.pending.clear();
-        Ok(Ok(done))
+        Ok(done)
     }
 
-    /// Replay one commit (`Ok(None)` when it converged: nothing to write). The source version is
-    /// pinned before anything can land (so a cleanup of the source between the pin and the commit
-    /// keeps the files the commit will graft), and the pin is released again only when no replay of
-    /// this commit is on the target.
-    async fn execute_step(
-        &mut self,
-        step: &SourceCommit,
-        retry: &RetryPolicy,
-    ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
+    /// Replay one commit. The source version is pinned before anything can land (so a cleanup of
+    /// the source between the pin and the commit keeps the files the commit will graft), and the
+    /// pin is released again only when no replay of this commit is on the target.
+    async fn execute_step(&mut self, step: &SourceCommit, retry: &RetryPolicy) -> Result<Step> {
         let pinned = self.pin(step).await?;
         let result = self.pinned_step(step, retry).await;
-        if pinned && !matches!(result, Ok(Ok(Some(_)))) && self.certainly_not_landed(step).await {
+        if pinned && !matches!(result, Ok(Step::Landed(_))) && self.certainly_not_landed(step).await {
             // Best effort: a pin left behind keeps files, it never loses them.
             let _ = self.root.tags().delete(&graft_tag(&self.target, &step.chain, step.version)).await;
         }
@@ -525,11 +572,10 @@ impl Session {
         }
     }
 
-    async fn pinned_step(
-        &mut self,
-        step: &SourceCommit,
-        retry: &RetryPolicy,
-    ) -> Result<Result<Option<Landed>, Vec<Conflict>>> {
+    /// The attempts at one pinned commit, under the one retry policy: each attempt reads the head,
+    /// adopts a replay of the same commit that already landed, adds the bases the replay needs (and
+    /// ends there), or binds, judges and writes.
+    async fn pinned_step(&mut self, step: &SourceCommit, retry: &RetryPolicy) -> Result<Step> {
         // A delete of the source retires it before it looks for pins: either it sees ours, or we
         // see its retirement here and stop before grafting files it is about to delete.
         if let Some(physical) = &step.chain
@@ -541,76 +587,84 @@ impl Session {
             });
         }
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
+        let mut cache = PeerCache::default();
         let mut last = String::new();
-        let mut grafts = 0;
         let mut attempts = retry.attempts();
         while attempts.next().await.is_some() {
-            // Bind on the current head, first adding the bases the replay needs (bounded, and not
-            // an attempt at the replay itself).
-            let (target, head, history, txn) = loop {
-                // Read the head first, then look for a replay of the same commit: one that landed
-                // up to this head is adopted; one that lands after it is a peer of our commit, and
-                // the replay claim in the context makes the two conflict.
-                let target = Arc::new(open_chain(&self.root, &self.target).await?);
-                let head = table_state(&target).await?;
-                let history = self.target_history().await?;
-                if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
-                    let mut adopted = self.record_landed(step, &done.chain, done.version).await?;
-                    adopted.adopted = true;
-                    return Ok(Ok(Some(adopted)));
-                }
-                let (bases, txn) = self.bind(step, &head, &source_ds, &self.fragments)?;
-                if bases.is_empty() {
-                    break (target, head, history, txn);
-                }
-                grafts += 1;
-                if grafts > retry.max_attempts() {
-                    return Err(Error::Contention {
-                        branch: chain_name(&self.target).into(),
-                        attempts: grafts,
-                        last: "the bases this replay needs kept clashing with other bases".into(),
-                    });
-                }
-                self.add_bases(&target, bases).await?;
-            };
-            let (peers, facts) = self.peers_from(history).await?;
-            let r = resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &facts });
-            // The key probe at this head; writers landing after it are fenced by the driver.
-            let key = key_columns(&target);
-            let none = KeyState::default();
-            match self.judge_step(step, &r, key.as_deref(), &target, &head, &source_ds, &none).await? {
-                StepVerdict::Go(_) => {}
-                StepVerdict::Converged => return Ok(Ok(None)),
-                StepVerdict::Conflicts(found) => return Ok(Err(found)),
-            }
-            let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
-            hooks::point("replay:before-commit", self.root.uri()).await;
-            match target.action_commit().with_properties(props).execute_actions(head.version, r.txn).await {
-                Ok((_, report)) => {
-                    hooks::point("replay:after-commit", self.root.uri()).await;
-                    // Pinned already; again in case a concurrent replay of the same version that
-                    // created the pin failed and released it meanwhile.
-                    self.pin(step).await?;
-                    return Ok(Ok(Some(self.record_landed(step, &self.target.clone(), report.version).await?)));
-                }
-                // A writer landed on the target meanwhile: bind again on the new head.
-                Err(CommitError::Retry { reason, .. }) => last = reason.to_string(),
-                // Another replay of the same commit landed first: the next turn adopts it.
-                Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::AlreadyReplayed => {
-                    last = reason.to_string()
-                }
-                Err(CommitError::RetriesExhausted { attempts, .. }) => last = format!("{attempts} attempts lost"),
-                Err(source) => return Err(Error::Commit { source }),
+            match self.attempt_step(step, &source_ds, &mut cache).await? {
+                Attempt::Done(done) => return Ok(done),
+                Attempt::Again(why) => last = why,
             }
         }
         Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: attempts.made(), last })
+    }
+
+    /// One attempt: one read of the target, one judgement, at most one write.
+    async fn attempt_step(
+        &mut self,
+        step: &SourceCommit,
+        source_ds: &Dataset,
+        cache: &mut PeerCache,
+    ) -> Result<Attempt> {
+        // Read the head first, then look for a replay of the same commit: one that landed up to
+        // this head is adopted; one that lands after it makes our write at `head + 1` lose.
+        let target = Arc::new(open_chain(&self.root, &self.target).await?);
+        let head = table_state(&target).await?;
+        let history = self.target_history().await?;
+        if let Some(done) = history.iter().find(|c| origins(&c.txn) == step.origins) {
+            let mut adopted = self.record_landed(step, &done.chain, done.version).await?;
+            adopted.adopted = true;
+            return Ok(Attempt::Done(Step::Landed(adopted)));
+        }
+        let (bases, txn) = self.bind(step, &head, source_ds, &self.fragments)?;
+        if !bases.is_empty() {
+            // The bases land first, as a commit of their own (Lance's append and update cannot
+            // carry bases); the next attempt binds on the head that has them.
+            self.add_bases(&target, bases).await?;
+            return Ok(Attempt::Again("the target gained the bases this replay needs".into()));
+        }
+        let peers = self.peers_from(history, cache).await?;
+        let r =
+            resolve(&txn, &Inputs { base: &self.base_state, head: Some(&head), peers: &peers, facts: &cache.facts });
+        // The key probe at this head; the write lands at the next version or not at all.
+        let key = key_columns(&target);
+        let none = KeyState::default();
+        match self.judge_step(step, &r, key.as_deref(), &target, &head, source_ds, &none).await? {
+            StepVerdict::Go(_) => {}
+            StepVerdict::Converged => return Ok(Attempt::Done(Step::Converged)),
+            StepVerdict::Conflicts(found) => return Ok(Attempt::Done(Step::Conflicted(found))),
+        }
+        let props = provenance::properties(&step.chain, step.version, &step.origins, &self.operation);
+        hooks::point("replay:before-commit", self.root.uri()).await;
+        let commit = target.action_commit().with_properties(props).judged_up_to_read_version();
+        match commit.execute_actions(head.version, r.txn).await {
+            Ok((_, report)) => {
+                hooks::point("replay:after-commit", self.root.uri()).await;
+                // Pinned already; again in case a concurrent replay of the same version that
+                // created the pin failed and released it meanwhile.
+                self.pin(step).await?;
+                let landed = self.record_landed(step, &self.target.clone(), report.version).await?;
+                Ok(Attempt::Done(Step::Landed(landed)))
+            }
+            // A writer landed on the target after the head we judged: judge again on the new head.
+            Err(CommitError::Retry { reason, .. }) => Ok(Attempt::Again(reason.to_string())),
+            // Another replay of the same commit landed first: the next attempt adopts it.
+            Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::AlreadyReplayed => {
+                Ok(Attempt::Again(reason.to_string()))
+            }
+            // Another writer took the version after our head at the manifest write.
+            Err(CommitError::RetriesExhausted { .. }) => {
+                Ok(Attempt::Again("another writer took the version after the head we judged".into()))
+            }
+            Err(source) => Err(Error::Commit { source }),
+        }
     }
 
     /// The step landed at `version` of `chain` (ours, or a concurrent replay of the same commit):
     /// record which target fragments its new fragments became.
     async fn record_landed(&mut self, step: &SourceCommit, chain: &Chain, version: u64) -> Result<Landed> {
         let target_new = new_fragment_ids(&self.root, chain, version).await?;
-        self.fragments.record(&step.new_ids, &target_new).map_err(|why| step.not_replayable(why))?;
+        self.fragments.record(&step.new_ids, &target_new).map_err(|m| step.not_replayable(m))?;
         Ok(Landed { source_version: step.version, target_version: version, adopted: false })
     }
 

@@ -228,6 +228,34 @@ macro_rules! catalog {
                 match self { $(AnyAction::$name(a) => a.apply(state, txn),)* }
             }
         }
+
+        // Each arm names the action type's own implementation: an action type without one (or
+        // without any of its methods, the trait has no defaults) does not compile.
+        impl crate::life::ActionLife for AnyAction {
+            fn lower_into(
+                &self,
+                slots: &mut crate::translate::Lowering,
+                shell: crate::context::OperationKind,
+            ) -> crate::error::Result<()> {
+                match self {
+                    $(AnyAction::$name(a) => <$module::$name as crate::life::ActionLife>::lower_into(a, slots, shell),)*
+                }
+            }
+            fn rebind(
+                &self,
+                cx: &mut dyn crate::rebind::Rebinder,
+            ) -> Result<AnyAction, crate::rebind::RebindRefusal> {
+                match self { $(AnyAction::$name(a) => <$module::$name as crate::life::ActionLife>::rebind(a, cx),)* }
+            }
+            fn squash_into(&self, squash: &mut crate::squash::Squash) -> Result<(), crate::squash::SquashRefusal> {
+                match self {
+                    $(AnyAction::$name(a) => <$module::$name as crate::life::ActionLife>::squash_into(a, squash),)*
+                }
+            }
+            fn describe(&self) -> String {
+                match self { $(AnyAction::$name(a) => <$module::$name as crate::life::ActionLife>::describe(a),)* }
+            }
+        }
     };
 }
 

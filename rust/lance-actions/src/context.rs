@@ -3,7 +3,7 @@
 //! Two things live here. The *shell*: which Lance operation the actions lower to, plus the
 //! operation-level labels that no action owns (a delete's predicate, an update's mode). And the
 //! MemWAL compaction progress (`compacted_sstables`), which Lance carries on three different operation
-//! shells and which the driver checks like an action (seed 002, gap 1).
+//! shells and which the driver checks like an action (`design/action-model.md`, transaction context).
 
 use std::fmt;
 

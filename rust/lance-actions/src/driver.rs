@@ -6,10 +6,10 @@
 //! verdict, stopping at the first Fail. Then, when a head state is supplied, validate and apply our
 //! actions against it in order, so each sees the effects of the ones before it.
 //!
-//! Baseline resets are handled here (seed 002, gap 3): in a transaction that replaces the table
-//! (overwrite, restore), the fresh fragments and schema cannot conflict with anything the peers did
-//! to the old table, so only the reset itself and the named coordinates it also writes (config keys,
-//! bases) are rebased.
+//! Baseline resets are handled here (`design/action-model.md`, the driver, item 3): in a
+//! transaction that replaces the table (overwrite, restore), the fresh fragments and schema cannot
+//! conflict with anything the peers did to the old table, so only the reset itself and the named
+//! coordinates it also writes (config keys, bases) are rebased.
 
 use crate::action::{Action, ActionKind, AnyAction, IndexEdits, PeerAction, RebaseCx, RebaseFacts};
 use crate::path::{ManifestPath, Mask};
@@ -114,6 +114,9 @@ pub fn resolve_in_place(txn: &mut ActionTxn, inputs: &Inputs<'_>) -> (Verdict, V
 /// it).
 pub fn resolve_prepared(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>) -> (Verdict, Vec<PeerCheck>) {
     debug_assert!(prepared.fits(txn), "prepared from another transaction");
+    // The peers are distinct commits, judged in commit order; a rebase's answer for one may rely on
+    // having seen the ones before it.
+    debug_assert!(inputs.peers.windows(2).all(|w| w[0].version < w[1].version), "peers in commit order");
     let mut peers = Vec::with_capacity(inputs.peers.len());
     // A retired branch takes no write, and a retirement takes no peer (crate::retired).
     let head = inputs.head.unwrap_or(inputs.base);
@@ -138,6 +141,16 @@ pub fn resolve_prepared(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
         verdict = verdict.worst(check.verdict.clone());
         peers.push(check);
     }
+    // The screen ran on masks computed before the rebases: a rebase adjusts payloads, never the
+    // paths an action reads or writes.
+    debug_assert!(
+        txn.actions.iter().zip(&prepared.masks).all(|(a, m)| {
+            let mut now = a.reads();
+            now.extend(a.writes());
+            now == *m
+        }),
+        "a rebase changed an action's masks"
+    );
     if verdict.is_ok()
         && let Some(head) = inputs.head
     {

@@ -82,7 +82,14 @@ impl TableState {
         } else {
             self.max_fragment_id += 1;
         }
-        self.max_fragment_id
+        let id = self.max_fragment_id;
+        // Positive and negative space: a fresh id is above every id the table holds, so it is none
+        // of them (the replay's fragment map pairs ids by this order).
+        debug_assert!(
+            self.fragments.keys().next_back().is_none_or(|held| *held < id),
+            "fragment id {id} allocated at or below an id the table holds"
+        );
+        id
     }
 
     /// Reserve `count` ids as Lance does (the next `count` ids from the high-water mark).

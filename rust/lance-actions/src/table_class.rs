@@ -1,11 +1,11 @@
-//! Table classes (RFC-023 §4): a table is declared keyed or keyless append-only in its manifest
+//! Table classes (`design/fencing.md` §1): a table is declared keyed or keyless append-only in its manifest
 //! config, never by a flag on a write call. On a keyed table the action model itself refuses what
 //! would break the key guarantee, for every writer that commits through the driver:
 //!
 //! - an insert of rows (`AddFragments`) that does not declare its keys over exactly the primary key
-//!   (RFC-023 §5.1: no keyed Append);
-//! - a schema change or overwrite that drops, replaces or moves the primary key (§9);
-//! - a config update that removes or changes the declared class or key (roll-forward only, §8).
+//!   (`design/fencing.md` §1: no keyed Append);
+//! - a schema change or overwrite that drops, replaces or moves the primary key (`design/fencing.md` §1);
+//! - a config update that removes or changes the declared class or key (roll-forward only, `design/fencing.md` §1).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -81,7 +81,7 @@ pub fn check_primary_key(schema: &Schema, declared: &[String]) -> Result<(), Str
 }
 
 /// What one version of a table declares about its class: the frozen config entries it holds and
-/// its schema's primary key. A restore must not change it (RFC-023 §8: roll-forward only).
+/// its schema's primary key. A restore must not change it (`design/fencing.md` §1: roll-forward only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClassStamp {
     pub entries: BTreeMap<String, String>,

@@ -1,11 +1,11 @@
 //! Translation between Lance operations and action transactions: `lift` and `lower`, with
 //! `lower(lift(op)) == op` for every operation Lance can encode.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use lance_table::transaction::{Operation, UpdateMap, UpdateMapEntry};
 
-use crate::action::{ActionKind, AnyAction};
+use crate::action::{Action, ActionKind, AnyAction};
 use crate::actions::{
     add_bases::AddBases,
     add_fragments::AddFragments,
@@ -30,6 +30,7 @@ use crate::actions::{
 use crate::context::{OperationKind, TxnContext};
 use crate::error::{Error, Result};
 use crate::keys::InsertedKeys;
+use crate::life::ActionLife;
 use crate::path::ConfigMap;
 use crate::txn::ActionTxn;
 
@@ -201,7 +202,7 @@ fn sorted_upserts(values: &HashMap<String, String>) -> UpdateMap {
     UpdateMap { update_entries: entries, replace: false }
 }
 
-fn not_lowerable(shell: OperationKind, reason: impl Into<String>) -> Error {
+pub(crate) fn not_lowerable(shell: OperationKind, reason: impl Into<String>) -> Error {
     Error::NotLowerable { shell: shell.to_string(), reason: reason.into() }
 }
 
@@ -221,108 +222,52 @@ pub fn lower(txn: &ActionTxn) -> Result<Operation> {
     acc.finish(shell, &txn.context)
 }
 
-/// Actions sorted into the slots Lance operations have.
+/// Actions sorted into the slots Lance operations have. Each action module puts itself in its slot
+/// ([`crate::ActionLife::lower_into`]); which slots a shell may fill is decided here, per shell.
 #[derive(Default)]
-struct Lowering {
-    added: Vec<lance_table::format::Fragment>,
-    keys: Option<InsertedKeys>,
-    saw_add: bool,
-    removed_ids: Vec<u64>,
-    updated: Vec<lance_table::format::Fragment>,
-    rewritten_fields: Vec<Vec<u32>>,
-    replacements: Vec<lance_table::transaction::DataReplacementGroup>,
-    overlays: Vec<lance_table::transaction::DataOverlayGroup>,
-    rewrite: Option<RewriteFragments>,
-    merge: Option<Vec<lance_table::format::Fragment>>,
-    invalidate: Option<InvalidateIndexCoverage>,
-    new_indices: Vec<lance_table::format::IndexMetadata>,
-    removed_indices: Vec<lance_table::format::IndexMetadata>,
-    schema: Option<ChangeSchema>,
-    reset: Option<ResetTable>,
-    config: Vec<UpdateConfig>,
-    bases: Option<Vec<lance_table::format::BasePath>>,
-    reserve: Option<u32>,
-    restore: Option<u64>,
-    clone: Option<CloneTable>,
-    memwal: Option<()>,
+pub struct Lowering {
+    /// The kinds of every action taken, so a slot the shell cannot carry is never silently dropped.
+    present: BTreeSet<ActionKind>,
+    pub(crate) added: Vec<lance_table::format::Fragment>,
+    pub(crate) keys: Option<InsertedKeys>,
+    pub(crate) removed_ids: Vec<u64>,
+    pub(crate) updated: Vec<lance_table::format::Fragment>,
+    pub(crate) rewritten_fields: Vec<Vec<u32>>,
+    pub(crate) replacements: Vec<lance_table::transaction::DataReplacementGroup>,
+    pub(crate) overlays: Vec<lance_table::transaction::DataOverlayGroup>,
+    pub(crate) rewrite: Option<RewriteFragments>,
+    pub(crate) merge: Option<Vec<lance_table::format::Fragment>>,
+    pub(crate) invalidate: Option<InvalidateIndexCoverage>,
+    pub(crate) new_indices: Vec<lance_table::format::IndexMetadata>,
+    pub(crate) removed_indices: Vec<lance_table::format::IndexMetadata>,
+    pub(crate) schema: Option<ChangeSchema>,
+    pub(crate) reset: Option<ResetTable>,
+    pub(crate) config: Vec<UpdateConfig>,
+    pub(crate) bases: Option<Vec<lance_table::format::BasePath>>,
+    pub(crate) reserve: Option<u32>,
+    pub(crate) restore: Option<u64>,
+    pub(crate) clone: Option<CloneTable>,
+    pub(crate) memwal: Option<()>,
 }
 
 impl Lowering {
+    /// Has an action of `kind` been taken already?
+    pub(crate) fn holds(&self, kind: ActionKind) -> bool {
+        self.present.contains(&kind)
+    }
+
     fn take(&mut self, shell: OperationKind, action: &AnyAction) -> Result<()> {
-        use AnyAction as A;
-        match action {
-            A::AddFragments(a) => {
-                if self.saw_add {
-                    return Err(not_lowerable(shell, "more than one AddFragments action"));
-                }
-                self.saw_add = true;
-                self.added = a.fragments.clone();
-                self.keys = a.keys.clone();
-            }
-            A::RemoveFragments(a) => self.removed_ids.extend(a.ids.iter().copied()),
-            A::UpdateDeletionVector(a) => self.updated.push(a.fragment.clone()),
-            A::ReplaceFragmentColumns(a) => match &a.target {
-                ColumnTarget::File { fragment_id, file } => {
-                    self.replacements.push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone()))
-                }
-                ColumnTarget::Rewritten { fragment, fields } => {
-                    self.updated.push(fragment.clone());
-                    self.rewritten_fields.push(fields.clone());
-                }
-            },
-            A::AddOverlay(a) => self.overlays.push(a.group.clone()),
-            A::RewriteFragments(a) => set_once(&mut self.rewrite, a.clone(), shell, "RewriteFragments")?,
-            A::MergeColumns(a) => set_once(&mut self.merge, a.fragments.clone(), shell, "MergeColumns")?,
-            A::InvalidateIndexCoverage(a) => {
-                set_once(&mut self.invalidate, a.clone(), shell, "InvalidateIndexCoverage")?
-            }
-            A::AddIndex(a) => self.new_indices.push(a.index.clone()),
-            A::RemoveIndex(a) => self.removed_indices.push(a.index.clone()),
-            A::ChangeSchema(a) => set_once(&mut self.schema, a.clone(), shell, "ChangeSchema")?,
-            A::ResetTable(a) => set_once(&mut self.reset, a.clone(), shell, "ResetTable")?,
-            A::UpdateConfig(a) => self.config.push(a.clone()),
-            A::AddBases(a) => set_once(&mut self.bases, a.bases.clone(), shell, "AddBases")?,
-            A::ReserveFragmentIds(a) => set_once(&mut self.reserve, a.count, shell, "ReserveFragmentIds")?,
-            A::Restore(a) => set_once(&mut self.restore, a.version, shell, "Restore")?,
-            A::CloneTable(a) => set_once(&mut self.clone, a.clone(), shell, "CloneTable")?,
-            A::UpdateMemWalState(_) => set_once(&mut self.memwal, (), shell, "UpdateMemWalState")?,
-            A::Opaque(a) => {
-                return Err(not_lowerable(
-                    shell,
-                    format!("an opaque action ({}) can never be committed", a.description),
-                ));
-            }
-        }
+        action.lower_into(self, shell)?;
+        self.present.insert(action.kind());
+        // Positive and negative space: a taken action fills a slot, and the opaque one never does.
+        debug_assert!(action.kind() != ActionKind::Opaque, "an opaque action is never lowered");
         Ok(())
     }
 
     /// Fail if any slot other than `allowed` holds something: it would be silently dropped.
     fn only(&self, shell: OperationKind, allowed: &[ActionKind]) -> Result<()> {
-        let present = [
-            (ActionKind::AddFragments, self.saw_add),
-            (ActionKind::RemoveFragments, !self.removed_ids.is_empty()),
-            (
-                ActionKind::UpdateDeletionVector,
-                !self.updated.is_empty() && self.rewritten_fields.len() < self.updated.len(),
-            ),
-            (ActionKind::ReplaceFragmentColumns, !self.replacements.is_empty() || !self.rewritten_fields.is_empty()),
-            (ActionKind::AddOverlay, !self.overlays.is_empty()),
-            (ActionKind::RewriteFragments, self.rewrite.is_some()),
-            (ActionKind::MergeColumns, self.merge.is_some()),
-            (ActionKind::InvalidateIndexCoverage, self.invalidate.is_some()),
-            (ActionKind::AddIndex, !self.new_indices.is_empty()),
-            (ActionKind::RemoveIndex, !self.removed_indices.is_empty()),
-            (ActionKind::ChangeSchema, self.schema.is_some()),
-            (ActionKind::ResetTable, self.reset.is_some()),
-            (ActionKind::UpdateConfig, !self.config.is_empty()),
-            (ActionKind::AddBases, self.bases.is_some()),
-            (ActionKind::ReserveFragmentIds, self.reserve.is_some()),
-            (ActionKind::Restore, self.restore.is_some()),
-            (ActionKind::CloneTable, self.clone.is_some()),
-            (ActionKind::UpdateMemWalState, self.memwal.is_some()),
-        ];
-        match present.iter().find(|(kind, here)| *here && !allowed.contains(kind)) {
-            Some((kind, _)) => Err(unexpected(shell, *kind)),
+        match self.present.iter().find(|kind| !allowed.contains(kind)) {
+            Some(kind) => Err(unexpected(shell, *kind)),
             None => Ok(()),
         }
     }
@@ -519,7 +464,7 @@ fn check_context_fits(shell: OperationKind, cx: &TxnContext) -> Result<()> {
     }
 }
 
-fn set_once<T>(slot: &mut Option<T>, value: T, shell: OperationKind, what: &str) -> Result<()> {
+pub(crate) fn set_once<T>(slot: &mut Option<T>, value: T, shell: OperationKind, what: &str) -> Result<()> {
     if slot.is_some() {
         return Err(not_lowerable(shell, format!("more than one {what} action")));
     }

@@ -44,6 +44,9 @@ pub enum Rule {
     KeysPresent,
     /// The branch was retired (rebased, squashed or deleted) or moved under its retirement.
     BranchRetired,
+    /// A writer landed after the head a caller judged its transaction against itself (a replay):
+    /// it judges again on the new head.
+    HeadMoved,
 }
 
 /// Why a transaction cannot commit as is: names our action, the committed peer's version and action,

@@ -1,4 +1,4 @@
-//! Key fencing against real writers in both commit orders (RFC-023 §2.2, §5.3): ours against
+//! Key fencing against real writers in both commit orders (`design/fencing.md` §4): ours against
 //! ours, against Lance's own key-filtered merge-insert, against plain Lance appends and unfiltered
 //! updates. Races are staged by hand on one base so the commit order is the test's to choose.
 

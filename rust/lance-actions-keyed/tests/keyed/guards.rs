@@ -1,4 +1,4 @@
-//! RFC-023 §11.1 surface guards, pinned against Lance 14.0.2's actual behaviour so that a Lance
+//! Surface guards (`design/fencing.md` §3-§4), pinned against Lance 14.0.2's actual behaviour so that a Lance
 //! upgrade that changes any of them fails here loudly, plus the source walk that keeps Lance's raw
 //! append / merge-insert entry points inside the one staging module.
 
@@ -113,7 +113,7 @@ async fn lance_key_conflicts_are_directional() {
     let append = stage_append(&base, &[40]).await;
     assert!(
         second_lands(&uri, filtered, append).await,
-        "Lance 14: a bare Append after a filtered Update lands (the asymmetry RFC-023 §2.2 names)"
+        "Lance 14: a bare Append after a filtered Update lands (the asymmetry design/fencing.md §4 names)"
     );
 
     let base = latest(&uri).await;

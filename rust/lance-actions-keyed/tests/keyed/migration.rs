@@ -1,4 +1,4 @@
-//! All-branch key migration behind the fencing stamp (RFC-023 §7-§9), on real Lance branches.
+//! All-branch key migration behind the fencing stamp (`design/fencing.md` §6), on real Lance branches.
 
 use std::sync::Arc;
 

@@ -2,8 +2,9 @@
 //! provenance, idempotence, zero data copy, typed refusals.
 
 use lance::index::DatasetIndexExt;
+use lance_actions::RebindRefusal;
 use lance_actions_replay::provenance::{SOURCE_BRANCH, SOURCE_TXN, SOURCE_VERSION};
-use lance_actions_replay::{Error, Outcome, ReplayOptions};
+use lance_actions_replay::{Error, Outcome, Refusal, ReplayOptions};
 use lance_index::IndexType;
 use lance_index::scalar::ScalarIndexParams;
 
@@ -185,7 +186,13 @@ async fn an_overwrite_cannot_be_replayed_and_is_refused_before_anything_is_writt
     match b.cherry_pick("feature", &[v], "main", &opts()).await {
         Err(Error::NotReplayable { version, why, .. }) => {
             assert_eq!(version, v);
-            assert!(why.contains("ResetTable"), "{why}");
+            assert_eq!(
+                why,
+                Refusal::Rebind {
+                    source: RebindRefusal::ReplacesTable { action: lance_actions::ActionKind::ResetTable }
+                }
+            );
+            assert!(why.to_string().contains("ResetTable"), "{why}");
         }
         other => panic!("expected a typed refusal, got {other:?}"),
     }
@@ -283,7 +290,10 @@ async fn an_index_over_renumbered_fragments_is_refused() {
         .expect("index");
     let before = inventory(dir.path());
     match b.merge("feature", "main", &opts()).await {
-        Err(Error::NotReplayable { why, .. }) => assert!(why.contains("rebuild the index"), "{why}"),
+        Err(Error::NotReplayable { why, .. }) => {
+            assert!(matches!(&why, Refusal::Rebind { source: RebindRefusal::IndexOnMovedFragment { .. } }), "{why}");
+            assert!(why.to_string().contains("rebuild the index"), "{why}");
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(inventory(dir.path()), before, "nothing written");

@@ -2,6 +2,7 @@
 //! `UpdateBases.new_bases` or `Overwrite.initial_bases`. Two additions collide only on the same id,
 //! name or path.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::BasePath;
@@ -98,5 +99,54 @@ impl AddBases {
             .map(|b| codec::lance_message::<lance_table::format::pb::BasePath>(b, "base path").map(BasePath::from))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { bases })
+    }
+}
+
+impl ActionLife for AddBases {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.bases, self.bases.clone(), shell, "AddBases")
+    }
+
+    /// Replay grafts the bases it needs onto the target itself; the source's own additions are its
+    /// bookkeeping.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::SourceBookkeeping { action: ActionKind::AddBases })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::AddBases })
+    }
+
+    fn describe(&self) -> String {
+        let paths: Vec<&str> = self.bases.iter().map(|b| b.path.as_str()).collect();
+        format!("{paths:?}")
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    fn base(name: &str) -> AddBases {
+        AddBases {
+            bases: vec![BasePath {
+                id: 0,
+                name: Some(name.into()),
+                is_dataset_root: false,
+                path: format!("/b/{name}"),
+            }],
+        }
+    }
+
+    #[test]
+    fn life_cases() {
+        let add = |name| txn(OperationKind::UpdateBases, vec![base(name).into()]);
+        check(&[
+            case("base_after_committed_base_of_other_name_commutes", add("b1"), add("b2"), "ok"),
+            case("base_after_committed_base_of_same_name_fails", add("b1"), add("b1"), "fail"),
+        ]);
+        assert_eq!(rebound(base("b1")), Err(RebindRefusal::SourceBookkeeping { action: ActionKind::AddBases }));
+        assert_eq!(base("b1").describe(), "[\"/b/b1\"]");
     }
 }

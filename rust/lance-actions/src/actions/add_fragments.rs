@@ -5,6 +5,7 @@
 //! own bloom filter is kept for Lance's resolver, and an exact 64-bit key-hash set, when present,
 //! decides intersections exactly.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use crate::keys::KeyHashSet;
@@ -72,7 +73,7 @@ impl AddFragments {
     }
 
     /// On a keyed table every insert declares its keys over exactly the primary key: a bare append
-    /// would add keys no concurrent keyed writer can see (RFC-023 §5.1).
+    /// would add keys no concurrent keyed writer can see (`design/fencing.md` §1).
     fn validate_keyed_insert(&self, state: &TableState) -> Result<(), Reason> {
         // The rows of an overwrite replace every row: uniqueness within them is the writer's check.
         if !self.inserts_rows() || state.replaced_by_txn {
@@ -121,7 +122,7 @@ impl AddFragments {
         self.keys.as_ref().map(|k| k.field_ids()).unwrap_or_default()
     }
 
-    /// Two inserts commute unless keys may collide. Symmetric by design (RFC-023 §5.3): an undeclared
+    /// Two inserts commute unless keys may collide. Symmetric by design (`design/fencing.md` §4): an undeclared
     /// insert conflicts with a keyed one in both commit orders.
     fn rebase_against_insert(&self, peer: &PeerAction<'_>, theirs: &AddFragments) -> Verdict {
         const K: ActionKind = ActionKind::AddFragments;
@@ -156,7 +157,7 @@ impl Action for AddFragments {
             mask.push(ManifestPath::UnenforcedKey(KeyKind::Primary));
         }
         if self.inserts_rows() {
-            // Whether an insert must declare keys depends on the table's class (RFC-023 §4).
+            // Whether an insert must declare keys depends on the table's class (`design/fencing.md` §1).
             for key in table_class::FROZEN_KEYS {
                 mask.push(ManifestPath::ConfigEntry { map: ConfigMap::Config, key: key.to_string() });
             }
@@ -193,13 +194,18 @@ impl Action for AddFragments {
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
+        let bound_before = txn.assigned_fragment_ids.len();
         for fragment in &self.fragments {
             let id = state.allocate_fragment_id();
+            debug_assert!(!state.fragments.contains_key(&id), "fragment id {id} is bound twice");
             let mut bound = fragment.clone();
             bound.id = id;
             state.fragments.insert(id, bound);
             txn.assigned_fragment_ids.push(id);
         }
+        // One bound id per new fragment, ascending: what the fragment map pairs with the source's.
+        debug_assert_eq!(txn.assigned_fragment_ids.len() - bound_before, self.fragments.len());
+        debug_assert!(txn.assigned_fragment_ids[bound_before..].windows(2).all(|w| w[0] < w[1]));
     }
 }
 
@@ -250,5 +256,124 @@ impl AddFragments {
             }
         };
         Ok(Self { fragments: codec::fragments_from(&p.fragments)?, keys })
+    }
+}
+
+impl ActionLife for AddFragments {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        if slots.holds(ActionKind::AddFragments) {
+            return Err(not_lowerable(shell, "more than one AddFragments action"));
+        }
+        slots.added = self.fragments.clone();
+        slots.keys = self.keys.clone();
+        Ok(())
+    }
+
+    /// New fragments reference the source's files in place and get their ids on the target when
+    /// they land; the declared keys are what they are on any branch.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let fragments = self.fragments.iter().map(|f| rebind::new_fragment(cx, f)).collect::<Result<_, _>>()?;
+        Ok(AddFragments { fragments, keys: self.keys.clone() }.into())
+    }
+
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        if self.keys.is_some() {
+            squash.keyed = true;
+            if squash.keys.is_none() {
+                squash.keys = self.keys.clone();
+            }
+        }
+        for fragment in &self.fragments {
+            let id = squash.claim_new_id()?;
+            squash.added.insert(id, fragment.clone());
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let keys = match &self.keys {
+            None => String::new(),
+            Some(k) => match &k.exact {
+                Some(e) => format!(", {} exact key(s) on fields {:?}", e.len(), e.field_ids),
+                None => format!(", Lance key filter on fields {:?}", k.field_ids()),
+            },
+        };
+        format!("{} fragment(s){keys}", self.fragments.len())
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+    use crate::txn::ActionTxn;
+
+    use crate::keys::{InsertedKeys, KeyHashSet};
+
+    fn insert(keys: Option<&[u64]>) -> AnyAction {
+        let keys = keys.map(|k| InsertedKeys {
+            lance_filter: None,
+            exact: Some(KeyHashSet::from_hashes(vec![0], k.iter().copied())),
+        });
+        AddFragments { fragments: vec![fragment(0)], keys }.into()
+    }
+
+    fn update(keys: Option<&[u64]>) -> ActionTxn {
+        txn(OperationKind::Update, vec![insert(keys)])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        let append = || txn(OperationKind::Append, vec![insert(None)]);
+        let overwrite = txn(
+            OperationKind::Overwrite,
+            vec![crate::actions::reset_table::ResetTable { schema: table().schema }.into(), insert(None)],
+        );
+        check(&[
+            case("append_after_committed_append_commutes", append(), append(), "ok"),
+            case(
+                "keyed_insert_after_committed_insert_of_the_same_key_retries",
+                update(Some(&[5])),
+                update(Some(&[5])),
+                "retry",
+            ),
+            case(
+                "keyed_insert_after_committed_insert_of_other_keys_commutes",
+                update(Some(&[5])),
+                update(Some(&[6])),
+                "ok",
+            ),
+            case("undeclared_insert_after_committed_keyed_insert_retries", append(), update(Some(&[5])), "retry"),
+            case("keyed_insert_after_committed_undeclared_insert_retries", update(Some(&[5])), append(), "retry"),
+            case("append_after_committed_overwrite_fails", append(), overwrite, "fail"),
+        ]);
+    }
+
+    #[test]
+    fn rebound_fragments_are_unbound_and_read_in_place() {
+        let Ok(AnyAction::AddFragments(a)) = rebound(AddFragments { fragments: vec![fragment(10)], keys: None }) else {
+            panic!("an append is replayable")
+        };
+        assert_eq!(a.fragments[0].id, 0, "bound when it lands on the target");
+        assert!(a.fragments[0].files.iter().all(|f| f.base_id == Some(GRAFTED_BASE)));
+    }
+
+    #[test]
+    fn squash_adds_take_their_commits_ids_and_refuse_more_fragments_than_ids() {
+        let two = AddFragments { fragments: vec![fragment(0), fragment(0)], keys: None };
+        let s = squashed(vec![(5, vec![4, 5], vec![two.clone().into()])]).expect("composes");
+        assert_eq!(s.new_ids, vec![4, 5]);
+        assert_eq!(s.txn.shell(), OperationKind::Append);
+        assert_eq!(
+            squashed(vec![(6, vec![4], vec![two.into()])]),
+            Err(SquashRefusal::MoreFragmentsThanIds { version: 6 })
+        );
+    }
+
+    #[test]
+    fn lowering_refuses_a_second_add_and_description_counts_fragments() {
+        let err = crate::lower(&txn(OperationKind::Append, vec![insert(None), insert(None)])).expect_err("two adds");
+        assert!(err.to_string().contains("more than one AddFragments"), "{err}");
+        assert_eq!(insert(Some(&[1, 2])).describe(), "1 fragment(s), 2 exact key(s) on fields [0]");
     }
 }

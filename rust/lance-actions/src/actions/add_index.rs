@@ -4,6 +4,7 @@
 //! index covering field 7", which overlaps this concrete index on field 7, and the rebase trims the
 //! updated fragments from the index's coverage instead of failing.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
@@ -163,5 +164,90 @@ impl AddIndex {
 
     pub(crate) fn decode(p: proto::AddIndex) -> Result<Self> {
         Ok(Self { index: codec::index_from(&p.index)? })
+    }
+}
+
+impl ActionLife for AddIndex {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.new_indices.push(self.index.clone());
+        Ok(())
+    }
+
+    /// The index's files are read in place; they address rows as (fragment id, offset), so the
+    /// index is readable on the target only where every fragment it covers kept its id.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let index = cx.index(&self.index)?;
+        if let Some(bitmap) = &self.index.fragment_bitmap {
+            for id in bitmap {
+                let fragment = u64::from(id);
+                let target = cx.fragment_id(fragment)?;
+                if target != fragment {
+                    return Err(RebindRefusal::IndexOnMovedFragment {
+                        index: self.index.name.clone(),
+                        fragment,
+                        target,
+                    });
+                }
+            }
+        }
+        Ok(AddIndex { index }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} ({}) on fields {:?}", self.index.name, self.index.uuid, self.index.fields)
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+    use crate::txn::ActionTxn;
+
+    use crate::samples::index_on;
+
+    fn index(name: &str, field: i32, uuid: u128, fragments: &[u32]) -> AddIndex {
+        AddIndex { index: index_on(uuid::Uuid::from_u128(uuid), name, field, 1, fragments.iter().copied().collect()) }
+    }
+
+    fn create(a: AddIndex) -> ActionTxn {
+        txn(OperationKind::CreateIndex, vec![a.into()])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        check(&[
+            case(
+                "index_after_committed_index_of_other_name_commutes",
+                create(index("v_idx", 1, 2, &[0])),
+                create(index("s_idx", 2, 3, &[0])),
+                "ok",
+            ),
+            case(
+                "index_after_committed_index_of_same_name_retries",
+                create(index("v_idx", 1, 2, &[0])),
+                create(index("v_idx", 1, 3, &[0])),
+                "retry",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn rebind_reads_the_index_in_place_only_where_its_fragments_kept_their_ids() {
+        let Ok(AnyAction::AddIndex(a)) = rebound(index("v_idx", 1, 2, &[0, 1])) else { panic!("same ids: replayable") };
+        assert_eq!(a.index.base_id, Some(GRAFTED_BASE));
+        assert_eq!(
+            rebound(index("v_idx", 1, 2, &[10])),
+            Err(RebindRefusal::IndexOnMovedFragment { index: "v_idx".into(), fragment: 10, target: 20 })
+        );
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![index("v", 1, 2, &[0]).into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::AddIndex })
+        );
+        assert!(index("v_idx", 1, 2, &[0]).describe().starts_with("v_idx ("));
     }
 }

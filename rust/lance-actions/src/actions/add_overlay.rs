@@ -1,6 +1,7 @@
 //! AddOverlay: overlay files supplying new values for some cells of a fragment without rewriting its
 //! data files. Lowers to a `DataOverlay` group.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::overlay::OverlayCoverage;
@@ -131,5 +132,45 @@ impl AddOverlay {
         let pb: lance_table::format::pb::transaction::DataOverlayGroup =
             codec::lance_message(&p.group, "overlay group")?;
         Ok(Self { group: codec::lance_convert(pb, "overlay group")? })
+    }
+}
+
+impl ActionLife for AddOverlay {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.overlays.push(self.group.clone());
+        Ok(())
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::NotTranslatable {
+            action: ActionKind::AddOverlay,
+            why: "an overlay's coverage names row offsets and the version it was committed at on the source",
+        })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::AddOverlay })
+    }
+
+    fn describe(&self) -> String {
+        format!("fragment {}, {} overlay file(s)", self.group.fragment_id, self.group.overlays.len())
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let overlay = AddOverlay { group: DataOverlayGroup { fragment_id: 1, overlays: vec![] } };
+        assert!(matches!(
+            rebound(overlay.clone()),
+            Err(RebindRefusal::NotTranslatable { action: ActionKind::AddOverlay, .. })
+        ));
+        assert_eq!(overlay.describe(), "fragment 1, 0 overlay file(s)");
+        let err = crate::lower(&txn(OperationKind::Append, vec![overlay.into()])).expect_err("wrong shell");
+        assert!(err.to_string().contains("AddOverlay"), "{err}");
     }
 }

@@ -3,6 +3,7 @@
 //! "every field outside the kept set" names what it drops, so a rebase can ask whether a given field
 //! really changed by comparing the post-image with the base.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
@@ -99,7 +100,7 @@ impl Action for ChangeSchema {
         mask
     }
 
-    /// A schema change of a keyed table keeps exactly its primary key (RFC-023 §9).
+    /// A schema change of a keyed table keeps exactly its primary key (`design/fencing.md` §1).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         keeps_primary_key(ActionKind::ChangeSchema, state, &self.schema, true)
     }
@@ -127,5 +128,59 @@ impl ChangeSchema {
 
     pub(crate) fn decode(p: proto::ChangeSchema) -> Result<Self> {
         Ok(Self { schema: codec::schema_from_proto(p.schema)?, preserves_nullability: p.preserves_nullability })
+    }
+}
+
+impl ActionLife for ChangeSchema {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.schema, self.clone(), shell, "ChangeSchema")
+    }
+
+    /// A schema names field ids, which both branches share from the fork on.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ChangeSchema })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} field(s), preserves nullability: {}",
+            self.schema.fields_pre_order().count(),
+            self.preserves_nullability
+        )
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let project = |preserves| {
+            txn(
+                OperationKind::Project,
+                vec![ChangeSchema { schema: table().schema, preserves_nullability: preserves }.into()],
+            )
+        };
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        check(&[
+            case("append_after_committed_nullability_tightening_retries", append.clone(), project(false), "retry"),
+            case("append_after_committed_schema_change_preserving_nullability_commutes", append, project(true), "ok"),
+        ]);
+        let cs = ChangeSchema { schema: table().schema, preserves_nullability: true };
+        assert_eq!(rebound(cs.clone()), Ok(cs.clone().into()), "field ids are shared by both branches");
+        assert_eq!(cs.describe(), "3 field(s), preserves nullability: true");
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![cs.into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::ChangeSchema })
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! CloneTable: the first commit of a shallow clone or branch, referencing another dataset's files.
 //! Lowers to `Clone`. It starts a new history, so nothing can be concurrent with it on that history.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -61,5 +62,39 @@ impl CloneTable {
             ref_path: p.ref_path,
             branch_name: p.branch_name,
         })
+    }
+}
+
+impl ActionLife for CloneTable {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.clone, self.clone(), shell, "CloneTable")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::CloneTable })
+    }
+
+    fn describe(&self) -> String {
+        format!("from {} v{}", self.ref_path, self.ref_version)
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let clone =
+            CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None };
+        assert_eq!(rebound(clone.clone()), Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable }));
+        assert_eq!(clone.describe(), "from /src v3");
+        let err = crate::lower(&txn(OperationKind::Clone, vec![clone.clone().into(), clone.into()])).expect_err("two");
+        assert!(err.to_string().contains("more than one CloneTable"), "{err}");
     }
 }

@@ -2,6 +2,7 @@
 //! columns' files attached, then any brand-new fragments). It restates every fragment, so any
 //! concurrent change to the fragment list or to a fragment conflicts with it.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::Fragment;
@@ -126,5 +127,49 @@ impl MergeColumns {
 
     pub(crate) fn decode(p: proto::MergeColumns) -> Result<Self> {
         Ok(Self { fragments: codec::fragments_from(&p.fragments)? })
+    }
+}
+
+impl ActionLife for MergeColumns {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.merge, self.fragments.clone(), shell, "MergeColumns")
+    }
+
+    /// A merge restates every fragment: on the target it must restate exactly the target's.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let fragments: Vec<Fragment> =
+            self.fragments.iter().map(|f| rebind::restated_fragment(cx, f)).collect::<Result<_, _>>()?;
+        let mut restated: Vec<u64> = fragments.iter().map(|f| f.id).collect();
+        restated.sort_unstable();
+        if restated != cx.head_fragment_ids() {
+            return Err(RebindRefusal::FragmentsDiffer);
+        }
+        Ok(MergeColumns { fragments }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::MergeColumns })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} fragment(s) restated", self.fragments.len())
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn rebind_restates_exactly_the_targets_fragments() {
+        let all: Vec<Fragment> = (0..4).map(fragment).collect();
+        let Ok(AnyAction::MergeColumns(m)) = rebound(MergeColumns { fragments: all.clone() }) else {
+            panic!("the same fragments: replayable")
+        };
+        assert!(m.fragments.iter().all(|f| f.files.iter().all(|d| d.base_id == Some(GRAFTED_BASE))));
+        assert!(m.fragments[1].deletion_file.is_some(), "the target's deletion file is kept");
+        assert_eq!(rebound(MergeColumns { fragments: all[..3].to_vec() }), Err(RebindRefusal::FragmentsDiffer));
+        assert_eq!(MergeColumns { fragments: all }.describe(), "4 fragment(s) restated");
     }
 }

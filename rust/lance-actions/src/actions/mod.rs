@@ -5,6 +5,8 @@ pub mod add_bases;
 pub mod add_fragments;
 pub mod add_index;
 pub mod add_overlay;
+#[cfg(test)]
+pub(crate) mod cases;
 pub mod change_schema;
 pub mod clone_table;
 pub mod invalidate_index_coverage;
@@ -54,7 +56,7 @@ pub(crate) fn supplier_writes(fields: &BTreeSet<i32>) -> Mask {
 }
 
 /// On a keyed table, a new schema must carry exactly the declared primary key, on the same field
-/// ids, non-nullable: overwrite and schema change preserve the key (RFC-023 §9).
+/// ids, non-nullable: overwrite and schema change preserve the key (`design/fencing.md` §1).
 ///
 /// `same_field_ids`: a schema change must keep the key on the same field ids; an overwrite assigns
 /// field ids afresh (Lance numbers an overwrite's fields by position), so only names are compared.
@@ -113,4 +115,14 @@ pub(crate) fn key_field_with_new_files(key: &[i32], before: &Fragment, after: &F
         fragment.files.iter().filter(|f| f.fields.contains(&field)).map(|f| f.path.clone()).collect()
     };
     key.iter().copied().find(|&field| files_of(before, field) != files_of(after, field))
+}
+
+/// What every module's [`crate::ActionLife`] implementation uses.
+pub(crate) mod life_prelude {
+    pub(crate) use crate::action::AnyAction;
+    pub(crate) use crate::context::OperationKind;
+    pub(crate) use crate::life::ActionLife;
+    pub(crate) use crate::rebind::{self, RebindRefusal, Rebinder};
+    pub(crate) use crate::squash::{Squash, SquashRefusal};
+    pub(crate) use crate::translate::{Lowering, not_lowerable, set_once};
 }

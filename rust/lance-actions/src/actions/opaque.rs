@@ -2,6 +2,7 @@
 //! It reads and writes the whole table, so it overlaps everything, and its rebase always fails:
 //! nothing we cannot read is ever skipped.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -47,5 +48,49 @@ impl Opaque {
 
     pub(crate) fn decode(p: proto::Opaque) -> Result<Self> {
         Ok(Self { description: p.description })
+    }
+}
+
+impl ActionLife for Opaque {
+    fn lower_into(&self, _slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        Err(not_lowerable(shell, format!("an opaque action ({}) can never be committed", self.description)))
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::NotUnderstood { description: self.description.clone() })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::Opaque })
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let opaque = Opaque { description: "from the future".into() };
+        assert_eq!(
+            rebound(opaque.clone()),
+            Err(RebindRefusal::NotUnderstood { description: "from the future".into() })
+        );
+        assert!(crate::lower(&txn(OperationKind::Unknown, vec![opaque.clone().into()])).is_err(), "never committed");
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        check(&[case(
+            "append_after_committed_opaque_operation_fails",
+            append,
+            txn(OperationKind::Unknown, vec![opaque.into()]),
+            "fail",
+        )]);
     }
 }

@@ -2,6 +2,7 @@
 //! `CreateIndex.removed_indices`. Two drops of the same index commute; a drop racing an appended
 //! segment of its name, or a replacement built from the segment it drops, does not.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
@@ -99,6 +100,26 @@ impl RemoveIndex {
     }
 }
 
+impl ActionLife for RemoveIndex {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.removed_indices.push(self.index.clone());
+        Ok(())
+    }
+
+    /// An index is removed by its name and uuid, which both branches share from the fork on.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::RemoveIndex })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} ({})", self.index.name, self.index.uuid)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use arrow_schema::{DataType, Field, Schema as ArrowSchema};
@@ -188,5 +209,28 @@ mod tests {
         for (case, ours, committed, expected) in cases {
             assert_eq!(verdict(&ours, committed), expected, "{case}");
         }
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    use crate::samples::index_on;
+
+    fn drop_index(name: &str, uuid: u128) -> RemoveIndex {
+        RemoveIndex { index: index_on(uuid::Uuid::from_u128(uuid), name, 0, 1, [0u32].into_iter().collect()) }
+    }
+
+    #[test]
+    fn drop_after_committed_drop_of_same_index_commutes_and_rebind_keeps_it() {
+        let drop = |uuid| txn(OperationKind::CreateIndex, vec![drop_index("id_idx", uuid).into()]);
+        check(&[case("drop_after_committed_drop_of_same_index_commutes", drop(1), drop(1), "ok")]);
+        assert_eq!(rebound(drop_index("id_idx", 1)), Ok(drop_index("id_idx", 1).into()));
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![drop_index("id_idx", 1).into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::RemoveIndex })
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! in null-column population) and an updated fragment of an `Update` in `RewriteColumns` mode (the
 //! fragment's post-image, whose modified columns are `fields`).
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use std::collections::BTreeSet;
@@ -227,5 +228,69 @@ impl ReplaceFragmentColumns {
             }
         };
         Ok(Self { target })
+    }
+}
+
+impl ActionLife for ReplaceFragmentColumns {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        match &self.target {
+            ColumnTarget::File { fragment_id, file } => {
+                slots.replacements.push(lance_table::transaction::DataReplacementGroup(*fragment_id, file.clone()))
+            }
+            ColumnTarget::Rewritten { fragment, fields } => {
+                slots.updated.push(fragment.clone());
+                slots.rewritten_fields.push(fields.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let target = match &self.target {
+            ColumnTarget::File { fragment_id, file } => {
+                ColumnTarget::File { fragment_id: cx.fragment_id(*fragment_id)?, file: cx.data_file(file)? }
+            }
+            ColumnTarget::Rewritten { fragment, fields } => {
+                ColumnTarget::Rewritten { fragment: rebind::restated_fragment(cx, fragment)?, fields: fields.clone() }
+            }
+        };
+        Ok(ReplaceFragmentColumns { target }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ReplaceFragmentColumns })
+    }
+
+    fn describe(&self) -> String {
+        match &self.target {
+            ColumnTarget::File { fragment_id, file } => {
+                format!("fragment {fragment_id}, file {} fields {:?}", file.path, file.fields)
+            }
+            ColumnTarget::Rewritten { fragment, fields } => format!("fragment {}, fields {fields:?}", fragment.id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    fn replacement(fragment_id: u64) -> ReplaceFragmentColumns {
+        ReplaceFragmentColumns { target: ColumnTarget::File { fragment_id, file: fragment(0).files[0].clone() } }
+    }
+
+    #[test]
+    fn life_cases() {
+        let replace = |id| txn(OperationKind::DataReplacement, vec![replacement(id).into()]);
+        check(&[
+            case("replacement_after_committed_replacement_of_other_fragment_commutes", replace(0), replace(1), "ok"),
+            case("replacement_after_committed_replacement_of_same_fragment_retries", replace(0), replace(0), "retry"),
+        ]);
+        let Ok(AnyAction::ReplaceFragmentColumns(r)) = rebound(replacement(10)) else { panic!("replayable") };
+        let ColumnTarget::File { fragment_id, file } = r.target else { panic!("still a file replacement") };
+        assert_eq!((fragment_id, file.base_id), (20, Some(GRAFTED_BASE)));
+        assert_eq!(rebound(replacement(11)), Err(RebindRefusal::UnreplayedFragment { fragment: 11 }));
+        assert!(replacement(1).describe().starts_with("fragment 1, file "));
     }
 }

@@ -1,6 +1,7 @@
 //! ReserveFragmentIds: advance the fragment-id counter so a writer knows ids before it commits.
 //! Lowers to `ReserveFragments`. Commutes with everything but a baseline replacement.
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, PeerAction, RebaseCx, fold_verdicts};
 use crate::codec::proto;
 use crate::context::TxnContext;
@@ -47,5 +48,42 @@ impl ReserveFragmentIds {
 
     pub(crate) fn decode(p: proto::ReserveFragmentIds) -> Result<Self> {
         Ok(Self { count: p.count })
+    }
+}
+
+impl ActionLife for ReserveFragmentIds {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.reserve, self.count, shell, "ReserveFragmentIds")
+    }
+
+    /// Reserved ids belong to the source's id space; a replayed fragment gets its id on the target
+    /// when it lands.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::SourceBookkeeping { action: ActionKind::ReserveFragmentIds })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ReserveFragmentIds })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} id(s)", self.count)
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let reserve = || txn(OperationKind::ReserveFragments, vec![ReserveFragmentIds { count: 2 }.into()]);
+        check(&[case("reservation_after_committed_reservation_commutes", reserve(), reserve(), "ok")]);
+        assert_eq!(
+            rebound(ReserveFragmentIds { count: 2 }),
+            Err(RebindRefusal::SourceBookkeeping { action: ActionKind::ReserveFragmentIds })
+        );
+        assert_eq!(ReserveFragmentIds { count: 2 }.describe(), "2 id(s)");
     }
 }

@@ -3,6 +3,7 @@
 //! follow as their own actions. Last writer wins against ordinary writes; two concurrent resets
 //! retry (a config-key clash inside them fails, through their UpdateConfig actions).
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_core::datatypes::Schema;
@@ -48,7 +49,7 @@ impl Action for ResetTable {
         Mask::new().with(ManifestPath::Table)
     }
 
-    /// An overwrite of a keyed table keeps exactly its primary key (RFC-023 §9).
+    /// An overwrite of a keyed table keeps exactly its primary key (`design/fencing.md` §1).
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         keeps_primary_key(ActionKind::ResetTable, state, &self.schema, false)
     }
@@ -72,5 +73,38 @@ impl ResetTable {
 
     pub(crate) fn decode(p: proto::ResetTable) -> Result<Self> {
         Ok(Self { schema: codec::schema_from_proto(p.schema)? })
+    }
+}
+
+impl ActionLife for ResetTable {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.reset, self.clone(), shell, "ResetTable")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::ResetTable })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::ResetTable })
+    }
+
+    fn describe(&self) -> String {
+        format!("schema of {} field(s)", self.schema.fields_pre_order().count())
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let reset = || ResetTable { schema: table().schema };
+        let overwrite = || txn(OperationKind::Overwrite, vec![reset().into()]);
+        check(&[case("overwrite_after_committed_overwrite_retries", overwrite(), overwrite(), "retry")]);
+        assert_eq!(rebound(reset()), Err(RebindRefusal::ReplacesTable { action: ActionKind::ResetTable }));
+        assert_eq!(reset().describe(), "schema of 3 field(s)");
     }
 }

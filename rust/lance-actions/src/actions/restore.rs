@@ -3,9 +3,10 @@
 //! discarded, or when a peer is not understood.
 //!
 //! A restore is also a config and schema change: on a table with a declared class it must land on a
-//! version with the same class, key and fencing stamp (RFC-023 §8, as `UpdateConfig` already
+//! version with the same class, key and fencing stamp (`design/fencing.md` §1, as `UpdateConfig` already
 //! enforces). The restored version's class is a fact the commit layer reads (`target`).
 
+use super::life_prelude::*;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::actions::update_config::UpdateConfig;
 use crate::codec::proto;
@@ -102,6 +103,24 @@ impl Restore {
     }
 }
 
+impl ActionLife for Restore {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.restore, self.version, shell, "Restore")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::ReplacesTable { action: ActionKind::Restore })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::Restore })
+    }
+
+    fn describe(&self) -> String {
+        format!("version {}", self.version)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -150,5 +169,23 @@ mod tests {
         let plain = TableState::empty(schema(false));
         assert!(Restore::new(1).validate(&plain).is_ok());
         assert!(restore_to(&HashMap::new(), true).validate(&plain).is_ok(), "a key without a class is not a class");
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let restore = txn(OperationKind::Restore, vec![Restore::new(1).into()]);
+        check(&[case("append_after_committed_restore_fails", append, restore, "fail")]);
+        assert_eq!(rebound(Restore::new(1)), Err(RebindRefusal::ReplacesTable { action: ActionKind::Restore }));
+        assert_eq!(Restore::new(1).describe(), "version 1");
     }
 }

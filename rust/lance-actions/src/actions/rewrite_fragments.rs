@@ -1,6 +1,7 @@
 //! RewriteFragments: compaction. Old fragments are replaced by new ones holding the same rows, and
 //! the indices covering them are remapped to the new row addresses. Lowers to `Rewrite`.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use std::collections::BTreeSet;
@@ -181,5 +182,76 @@ impl RewriteFragments {
             .collect::<Result<Vec<_>>>()?;
         let frag_reuse_index = p.frag_reuse_index.map(|b| codec::index_from(&b)).transpose()?;
         Ok(Self { groups, rewritten_indices, frag_reuse_index })
+    }
+}
+
+impl ActionLife for RewriteFragments {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.rewrite, self.clone(), shell, "RewriteFragments")
+    }
+
+    /// The old fragments are the target's; the new ones reference the source's files and get ids
+    /// on the target. A compaction that remapped indexes is refused: the remap names source ids.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        if !self.rewritten_indices.is_empty() || self.frag_reuse_index.is_some() {
+            return Err(RebindRefusal::IndexRemapped);
+        }
+        let mut groups = self.groups.clone();
+        for group in &mut groups {
+            group.old_fragments = group.old_fragments.iter().map(|f| cx.head_fragment(f)).collect::<Result<_, _>>()?;
+            if group.new_fragments.iter().any(|f| f.deletion_file.is_some()) {
+                return Err(RebindRefusal::CompactedWithDeletions);
+            }
+            group.new_fragments =
+                group.new_fragments.iter().map(|f| rebind::new_fragment(cx, f)).collect::<Result<_, _>>()?;
+        }
+        Ok(RewriteFragments { groups, rewritten_indices: Vec::new(), frag_reuse_index: None }.into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::RewriteFragments })
+    }
+
+    fn describe(&self) -> String {
+        format!("old fragments {:?}, {} index remap(s)", self.old_ids(), self.rewritten_indices.len())
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    use lance_table::transaction::RewriteGroup;
+
+    fn compaction(old: u64) -> RewriteFragments {
+        let mut new = fragment(old);
+        new.id = 0;
+        RewriteFragments {
+            groups: vec![RewriteGroup { old_fragments: vec![fragment(old)], new_fragments: vec![new] }],
+            rewritten_indices: vec![],
+            frag_reuse_index: None,
+        }
+    }
+
+    #[test]
+    fn life_cases() {
+        let rewrite = |old| txn(OperationKind::Rewrite, vec![compaction(old).into()]);
+        check(&[
+            case("compaction_after_committed_compaction_of_other_fragment_commutes", rewrite(0), rewrite(2), "ok"),
+            case("compaction_after_committed_compaction_of_same_fragment_retries", rewrite(0), rewrite(0), "retry"),
+        ]);
+        let Ok(AnyAction::RewriteFragments(r)) = rebound(compaction(1)) else { panic!("replayable") };
+        assert_eq!(r.groups[0].old_fragments[0], Target::default().head.fragments[&1], "the target's own");
+        assert_eq!(r.groups[0].new_fragments[0].files[0].base_id, Some(GRAFTED_BASE));
+        let mut with_deletions = compaction(1);
+        with_deletions.groups[0].new_fragments[0].deletion_file =
+            Target::default().head.fragments[&1].deletion_file.clone();
+        assert_eq!(rebound(with_deletions), Err(RebindRefusal::CompactedWithDeletions));
+        let mut remapped = compaction(1);
+        remapped.frag_reuse_index =
+            Some(crate::samples::index_on(uuid::Uuid::nil(), "reuse", 0, 1, Default::default()));
+        assert_eq!(rebound(remapped), Err(RebindRefusal::IndexRemapped));
+        assert_eq!(compaction(1).describe(), "old fragments {1}, 0 index remap(s)");
     }
 }

@@ -2,6 +2,7 @@
 //! or one field's metadata). Per key: disjoint keys commute; a `replace` writes the whole map.
 //! Lowers to the matching slot of `UpdateConfig`, or to `Overwrite.config_upsert_values`.
 
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::transaction::UpdateMap;
@@ -113,7 +114,7 @@ impl Action for UpdateConfig {
         )
     }
 
-    /// A table's class and key only roll forward (RFC-023 §8): once keyed, the class, key and
+    /// A table's class and key only roll forward (`design/fencing.md` §1): once keyed, the class, key and
     /// fencing stamp never change, and a table becomes keyed only when its schema carries the key.
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         if self.map != ConfigMap::Config {
@@ -230,6 +231,27 @@ impl UpdateConfig {
     }
 }
 
+impl ActionLife for UpdateConfig {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.config.push(self.clone());
+        Ok(())
+    }
+
+    /// Config and metadata keys (and field ids, for field metadata) are shared by both branches.
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Ok(self.clone().into())
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::UpdateConfig })
+    }
+
+    fn describe(&self) -> String {
+        let keys: Vec<&str> = self.update.update_entries.iter().map(|e| e.key.as_str()).collect();
+        format!("{:?} keys {keys:?}{}", self.map, if self.update.replace { " (replace)" } else { "" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +331,38 @@ mod tests {
         let other = txn(ConfigMap::TableMetadata, "zzz", Some("1"));
         assert_eq!(verdict(&other, &replace), "fail");
         assert_eq!(verdict(&txn(ConfigMap::Config, "zzz", Some("1")), &replace), "ok");
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    use lance_table::transaction::UpdateMapEntry;
+
+    fn upsert(key: &str) -> UpdateConfig {
+        UpdateConfig {
+            map: ConfigMap::Config,
+            update: UpdateMap {
+                update_entries: vec![UpdateMapEntry { key: key.into(), value: Some("b".into()) }],
+                replace: false,
+            },
+        }
+    }
+
+    #[test]
+    fn life_cases() {
+        let config = |key| txn(OperationKind::UpdateConfig, vec![upsert(key).into()]);
+        check(&[
+            case("config_after_committed_config_of_other_key_commutes", config("k1"), config("k2"), "ok"),
+            case("config_after_committed_config_of_same_key_fails", config("k1"), config("k1"), "fail"),
+        ]);
+        assert_eq!(rebound(upsert("k1")), Ok(upsert("k1").into()), "keys are shared by both branches");
+        assert_eq!(
+            squashed(vec![(5, vec![], vec![upsert("k1").into()])]).map(|s| s.new_ids),
+            Err(SquashRefusal::NotComposable { action: ActionKind::UpdateConfig })
+        );
+        assert_eq!(upsert("k1").describe(), "Config keys [\"k1\"]");
     }
 }

@@ -6,6 +6,7 @@
 //! the vector for union, which the commit layer performs by writing the merged deletion file.
 
 use super::add_overlay::overlay_rows;
+use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::Fragment;
@@ -170,6 +171,43 @@ impl UpdateDeletionVector {
     }
 }
 
+impl ActionLife for UpdateDeletionVector {
+    fn lower_into(&self, slots: &mut Lowering, _shell: OperationKind) -> Result<()> {
+        slots.updated.push(self.fragment.clone());
+        Ok(())
+    }
+
+    /// The rows the source commit deleted, on the target's fragment: the commit writes the target's
+    /// vector unioned with them, re-derived under the target's root for the target's fragment id,
+    /// never pointed at a source file whose name embeds another fragment's id.
+    fn rebind(&self, cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        let rows = self.affected_rows.clone().ok_or(RebindRefusal::RowsUnknown { fragment: self.fragment.id })?;
+        let mut rebound = UpdateDeletionVector::new(cx.head_fragment(&self.fragment)?, Some(rows));
+        rebound.merge_with_head = true;
+        Ok(rebound.into())
+    }
+
+    /// Deletions in one fragment are unioned over the range. A deletion in a fragment the range
+    /// added cannot be one commit: Lance adds fragments without deletion files.
+    fn squash_into(&self, squash: &mut Squash) -> Result<(), SquashRefusal> {
+        let id = self.fragment.id;
+        if squash.added.contains_key(&id) {
+            return Err(SquashRefusal::DeletesAddedFragment { version: squash.version, fragment: id });
+        }
+        let rows = self.affected_rows.clone().unwrap_or_default();
+        let entry = squash.deleted.entry(id).or_insert_with(|| (self.fragment.clone(), RoaringBitmap::new()));
+        entry.1 |= rows;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        match &self.affected_rows {
+            Some(rows) => format!("fragment {}, {} row(s)", self.fragment.id, rows.len()),
+            None => format!("fragment {}, rows from its deletion file", self.fragment.id),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +257,60 @@ mod tests {
         let update_vs =
             judge(&deletes(OperationKind::Update, &[4], true), &deletes(OperationKind::Delete, &[4], false));
         assert_eq!(update_vs.0, "retry", "update vs delete is a divergence");
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::txn::ActionTxn;
+
+    use crate::actions::cases::{self, case, check, fragment, rebound, rows, squashed, txn};
+
+    fn delete(id: u64, offsets: &[u32]) -> ActionTxn {
+        txn(OperationKind::Delete, vec![UpdateDeletionVector::new(fragment(id), Some(rows(offsets))).into()])
+    }
+
+    #[test]
+    fn rebase_cases() {
+        let remove =
+            txn(OperationKind::Delete, vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![0] }.into()]);
+        check(&[
+            case("delete_after_committed_delete_of_other_rows_commutes", delete(0, &[1]), delete(0, &[2]), "ok"),
+            case("delete_after_committed_delete_of_same_rows_retries", delete(0, &[1]), delete(0, &[1]), "retry"),
+            case("delete_after_committed_delete_in_other_fragment_commutes", delete(0, &[1]), delete(1, &[1]), "ok"),
+            case("delete_after_committed_removal_of_its_fragment_retries", delete(0, &[1]), remove, "retry"),
+        ]);
+    }
+
+    #[test]
+    fn rebind_takes_the_targets_fragment_and_merges_with_its_vector() {
+        let Ok(AnyAction::UpdateDeletionVector(u)) = rebound(UpdateDeletionVector::new(fragment(1), Some(rows(&[3]))))
+        else {
+            panic!("a delete with known rows is replayable")
+        };
+        assert!(u.merge_with_head, "the target's own deletions are kept");
+        assert_eq!(u.fragment.deletion_file, cases::Target::default().head.fragments[&1].deletion_file);
+        assert_eq!(u.affected_rows, Some(rows(&[3])));
+        assert_eq!(
+            rebound(UpdateDeletionVector::new(fragment(1), None)),
+            Err(RebindRefusal::RowsUnknown { fragment: 1 })
+        );
+    }
+
+    #[test]
+    fn squash_unions_deletions_and_refuses_one_in_a_fragment_the_range_added() {
+        let d = |offsets: &[u32]| AnyAction::from(UpdateDeletionVector::new(fragment(1), Some(rows(offsets))));
+        let s = squashed(vec![(5, vec![], vec![d(&[1])]), (6, vec![], vec![d(&[2])])]).expect("composes");
+        assert_eq!(s.txn.shell(), OperationKind::Delete);
+        let AnyAction::UpdateDeletionVector(u) = &s.txn.actions[0] else { panic!("{:?}", s.txn.actions) };
+        assert_eq!(u.affected_rows, Some(rows(&[1, 2])));
+        let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
+        let into_added = UpdateDeletionVector::new(fragment(4), Some(rows(&[0])));
+        assert_eq!(
+            squashed(vec![(5, vec![4], vec![add.into()]), (6, vec![], vec![into_added.into()])]),
+            Err(SquashRefusal::DeletesAddedFragment { version: 6, fragment: 4 })
+        );
+        assert_eq!(d(&[1, 2]).describe(), "fragment 1, 2 row(s)");
     }
 }

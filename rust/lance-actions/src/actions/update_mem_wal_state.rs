@@ -5,6 +5,7 @@
 //! commutes only with compaction, id reservation, index, config and base changes, and with a merge
 //! (an `Update`), the MemWAL's own way of writing rows, whose generations the context checks.
 
+use super::life_prelude::*;
 use lance_table::system_index::mem_wal::load_mem_wal_index_details;
 
 use super::add_index::{AddIndex, MEM_WAL_INDEX_NAME};
@@ -104,4 +105,45 @@ impl Action for UpdateMemWalState {
     }
 
     fn apply(&self, _state: &mut TableState, _txn: &mut TxnContext) {}
+}
+
+impl ActionLife for UpdateMemWalState {
+    fn lower_into(&self, slots: &mut Lowering, shell: OperationKind) -> Result<()> {
+        set_once(&mut slots.memwal, (), shell, "UpdateMemWalState")
+    }
+
+    fn rebind(&self, _cx: &mut dyn Rebinder) -> Result<AnyAction, RebindRefusal> {
+        Err(RebindRefusal::NotTranslatable {
+            action: ActionKind::UpdateMemWalState,
+            why: "its MemWAL generations describe what was compacted into the source branch's table",
+        })
+    }
+
+    fn squash_into(&self, _squash: &mut Squash) -> Result<(), SquashRefusal> {
+        Err(SquashRefusal::NotComposable { action: ActionKind::UpdateMemWalState })
+    }
+
+    fn describe(&self) -> String {
+        "shard generations in the context".into()
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+    use crate::actions::cases::*;
+
+    #[test]
+    fn life_cases() {
+        assert!(matches!(
+            rebound(UpdateMemWalState),
+            Err(RebindRefusal::NotTranslatable { action: ActionKind::UpdateMemWalState, .. })
+        ));
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let memwal = txn(OperationKind::UpdateMemWalState, vec![UpdateMemWalState.into()]);
+        check(&[case("append_after_committed_memwal_state_update_fails", append, memwal, "fail")]);
+    }
 }
