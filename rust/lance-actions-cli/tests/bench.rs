@@ -1,0 +1,83 @@
+//! `lance-actions bench`: the side-by-side benchmarks on a caller's uri prefix, at small sizes.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lance-actions")).arg("bench").args(args).output().expect("run");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn json(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("one JSON object expected ({e}): {stdout}"))
+}
+
+#[test]
+fn bench_commit_json_reports_both_ways_and_their_ratio_and_removes_its_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefix = dir.path().to_str().expect("utf-8");
+    let (code, out, err) =
+        bench(&["commit", prefix, "--writers", "2", "--ops", "3", "--workload", "delete-rows", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["workload"], "delete-rows");
+    assert_eq!(v["writers"], 2);
+    let ours = v["ours"]["commits_per_s"].as_f64().expect("ours commits/s");
+    let lance = v["lance"]["commits_per_s"].as_f64().expect("lance commits/s");
+    assert!(ours > 0.0 && lance > 0.0, "{v}");
+    // Disjoint rows of one fragment: our loop merges the deletion vectors instead of sending the
+    // writer back.
+    assert_eq!(v["ours"]["reexecutions_per_commit"].as_f64(), Some(0.0), "{v}");
+    assert!(v["lance"]["reexecutions_per_commit"].as_f64().is_some(), "{v}");
+    assert_eq!(v["lance"]["way"], "lance+affected_rows", "deletes are compared with Lance given the rows");
+    let ratio = v["ratio"].as_f64().expect("ratio");
+    assert!((ratio - ours / lance).abs() < 1e-9, "ratio is ours / lance: {v}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read prefix").collect();
+    assert!(left.is_empty(), "the bench's tables are removed: {left:?}");
+}
+
+#[test]
+fn bench_commit_prints_both_figures_and_the_ratio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefix = dir.path().to_str().expect("utf-8");
+    let (code, out, err) = bench(&["commit", prefix, "--writers", "1", "--ops", "2"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("workload append, 1 writer(s) x 2 commit(s)"), "{out}");
+    assert!(out.contains("lance ") && out.contains("ours ") && out.contains("ratio (ours / lance):"), "{out}");
+    assert!(out.contains("retries/commit"), "our retries are shown: {out}");
+}
+
+#[test]
+fn bench_check_json_times_every_pair_on_both_sides() {
+    let (code, out, err) = bench(&["check", "--fragments", "10", "--millis", "5", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v = json(&out);
+    let rows = v["check"].as_array().expect("check rows");
+    let shapes: Vec<&str> = rows.iter().filter_map(|r| r["shape"].as_str()).collect();
+    assert_eq!(
+        shapes,
+        [
+            "append vs append",
+            "update vs update, disjoint fragments",
+            "update vs update, shared fragment",
+            "create-index vs update"
+        ]
+    );
+    for r in rows {
+        assert_eq!(r["fragments"], 10);
+        let (ours, lance) = (r["ours_ns"].as_f64().expect("ours"), r["lance_ns"].as_f64().expect("lance"));
+        assert!(ours > 0.0 && lance > 0.0, "{r}");
+        assert!((r["ratio"].as_f64().expect("ratio") - ours / lance).abs() < 1e-9, "{r}");
+    }
+}
+
+#[test]
+fn bench_refuses_zero_writers_and_too_many_disjoint_deletes_as_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefix = dir.path().to_str().expect("utf-8");
+    let (code, out, _) = bench(&["commit", prefix, "--writers", "0", "--json"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(json(&out)["error"]["message"].as_str().is_some_and(|m| m.contains("--writers (0)")), "{out}");
+    let (code, _, err) = bench(&["commit", prefix, "--ops", "65", "--workload", "delete-disjoint"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("at most 64 ops"), "{err}");
+}
