@@ -8,12 +8,13 @@ use std::collections::BTreeSet;
 use lance_table::format::IndexMetadata;
 use lance_table::transaction::{RewriteGroup, RewrittenIndex};
 
-use super::fragment_fields;
+use super::{fragment_fields, reuse_history};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::path::{FragmentScope, IndexScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
+use lance_table::system_index::frag_reuse::metadata::is_tagged;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RewriteFragments {
@@ -36,7 +37,42 @@ impl RewriteFragments {
             && self.groups.iter().flat_map(|g| g.old_fragments.iter()).any(|f| f.row_id_meta.is_some())
     }
 
-    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+    /// The fragments the transitions our tagged fragment-reuse entry adds read from or produce;
+    /// empty for a rewrite without a tagged entry (a plain or a v0 deferred compaction).
+    fn transition_fragments(&self, base: &TableState) -> BTreeSet<u64> {
+        let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
+            return BTreeSet::new();
+        };
+        reuse_history::added_fragments(&ours, reuse_history::entry(&base.indices))
+    }
+
+    /// Does every group lie wholly inside or wholly outside `bitmap`? A deferred remap keeps an
+    /// index's coverage as provenance, which must name whole groups: a group half inside would
+    /// leave the index covering a destination only partly.
+    fn groups_align_with(&self, bitmap: &roaring::RoaringBitmap) -> bool {
+        self.groups.iter().all(|g| {
+            let inside = g.old_fragments.iter().filter(|f| bitmap.contains(f.id as u32)).count();
+            inside == 0 || inside == g.old_fragments.len()
+        })
+    }
+
+    /// A committed index build while our rewrite defers the remap (it carries a fragment-reuse
+    /// entry): the index keeps covering the moved rows under their old fragments, so it is no
+    /// conflict unless a group straddles its coverage or its coverage is unknown.
+    fn rebase_deferred_vs_index(&self, peer: &PeerAction<'_>, index: &IndexMetadata) -> Verdict {
+        const K: ActionKind = ActionKind::RewriteFragments;
+        match &index.fragment_bitmap {
+            Some(bitmap) if self.groups_align_with(bitmap) => Verdict::Ok,
+            Some(_) => peer.retry(
+                K,
+                Rule::IndexClash,
+                format!("a group of our rewrite lies partly inside the coverage of committed index {}", index.name),
+            ),
+            None => peer.retry(K, Rule::IndexClash, format!("committed index {} has no known coverage", index.name)),
+        }
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>, transition_fragments: &BTreeSet<u64>) -> Verdict {
         const K: ActionKind = ActionKind::RewriteFragments;
         // Compaction keeps every row and value, so the MemWAL's claim about the data still holds.
         if matches!(peer.action, AnyAction::UpdateMemWalState(_)) {
@@ -46,6 +82,33 @@ impl RewriteFragments {
             return v;
         }
         match (peer.action, peer.their_path) {
+            // Double consumption: the committed rewrite consumed a fragment our transitions read from
+            // or produce, so they would record movement out of (or into) a fragment that is gone.
+            // No retry can help: the transitions must be rebuilt on the new table.
+            (AnyAction::RewriteFragments(theirs), _)
+                if theirs.old_ids().iter().any(|id| transition_fragments.contains(id)) =>
+            {
+                peer.fail(
+                    K,
+                    Rule::FragmentGone,
+                    "the committed rewrite consumed fragments our reuse transitions read from or produce; rebuild them",
+                )
+            }
+            // A replacement of the fragment-reuse entry (a trim) commits alone; one mixed with other
+            // index changes is a shape no rule covers, so it is refused rather than guessed at.
+            (AnyAction::AddIndex(_) | AnyAction::RemoveIndex(_), _)
+                if peer.index_edits.creates_name(reuse_history::FRAG_REUSE_INDEX_NAME) =>
+            {
+                if peer.index_edits.created.len() == 1 && peer.index_edits.removed.len() == 1 {
+                    Verdict::Ok
+                } else {
+                    peer.fail(
+                        K,
+                        Rule::IndexClash,
+                        "the committed transaction replaced the fragment-reuse entry together with other indices",
+                    )
+                }
+            }
             (AnyAction::AddIndex(ai), _) if self.defers_stable_row_id_remap() && answers_in_row_ids(&ai.index) => peer
                 .retry(
                     K,
@@ -55,6 +118,7 @@ impl RewriteFragments {
                         ai.index.name
                     ),
                 ),
+            (AnyAction::AddIndex(ai), _) if self.frag_reuse_index.is_some() => self.rebase_deferred_vs_index(peer, &ai.index),
             (AnyAction::AddIndex(ai), _) => {
                 let covers_old = match &ai.index.fragment_bitmap {
                     None => true,
@@ -109,6 +173,9 @@ impl Action for RewriteFragments {
         // bitmap, which Lance's rewrite rule reads as covering every fragment: it retries a rewrite
         // after one. The AddIndex arm of the rebase does the same.
         mask.push(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
+        // A committed replacement of the fragment-reuse entry names no field either; the rebase
+        // judges its shape.
+        mask.push(ManifestPath::IndexName(reuse_history::FRAG_REUSE_INDEX_NAME.into()));
         mask
     }
 
@@ -130,8 +197,9 @@ impl Action for RewriteFragments {
         }
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        let transition_fragments = self.transition_fragments(cx.base);
+        fold_verdicts(peers, |p| self.rebase_one(p, &transition_fragments))
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {
