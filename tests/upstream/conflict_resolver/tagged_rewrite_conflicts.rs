@@ -436,3 +436,345 @@ async fn sp_lands_over_concurrent_user_index_and_blocks_v0_trim() {
     // Upstream's tail (a tagged trim keeps the record the index still needs) is Lance's cleanup,
     // no concurrent pair: not ported.
 }
+
+/// The number of transitions the stored fragment-reuse entry holds (it is inline here).
+async fn transition_count(ds: &Dataset) -> usize {
+    let entry = stored_indices(ds).await.into_iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME).expect("the entry");
+    let details = entry.index_details.as_ref().expect("details");
+    lance_table::system_index::frag_reuse::ledger::FragReuseLedger::decode_inline(entry.index_version, details)
+        .expect("the history decodes")
+        .expect("the history is inline")
+        .transitions()
+        .len()
+}
+
+/// Sorted `i` values under `predicate`, with or without scalar indices.
+async fn i_values(ds: &Dataset, predicate: &str, use_index: bool) -> Vec<i32> {
+    let mut scan = ds.scan();
+    scan.filter(predicate).expect("filter");
+    scan.use_scalar_index(use_index);
+    let batch = scan.try_into_batch().await.expect("scan");
+    let mut values = batch["i"].as_primitive::<Int32Type>().values().to_vec();
+    values.sort_unstable();
+    values
+}
+
+/// Upstream's `assert_indexed_agrees`: the indexed answer equals the index-disabled scan.
+async fn indexed_agrees(ds: &Dataset, predicate: &str) -> Vec<i32> {
+    let indexed = i_values(ds, predicate, true).await;
+    assert_eq!(indexed, i_values(ds, predicate, false).await, "{predicate}: indexed and scanned answers agree");
+    indexed
+}
+
+fn bitmap_named(indices: &[IndexMetadata], name: &str) -> Option<RoaringBitmap> {
+    indices.iter().find(|i| i.name == name).and_then(|i| i.fragment_bitmap.clone())
+}
+
+/// Two disjoint stable partitions race from one version, four fragments with `i_idx` over all:
+/// ours (0, 1 into 10, 11) built at the read version, theirs (2, 3 into 20, 21) committed first.
+/// Both land; the history holds both transitions. Shared by two upstream tests.
+async fn disjoint_partitions_race(test: &'static str) {
+    let (_dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    let base_version = ds.manifest().version;
+    let (ours_transition, ours_destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        base_version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), ours_destinations, vec![ours_transition]).await,
+    )
+    .build();
+    let (their_transition, their_destinations) = partition(&ds, &[2, 3], 20).await;
+    lance_commit(
+        &ds,
+        tagged_rewrite(&ds, fragments_of(&ds, &[2, 3]), their_destinations, vec![their_transition]).await,
+    )
+    .await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record("disjoint stable partitions", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    assert_eq!(landed.manifest().version, base_version + 2, "exactly two commits on the shared base");
+    let latest = open(&uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 2, "both transitions are in the history");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    for (predicate, expected) in [("i = 1", vec![1]), ("i = 5", vec![5]), ("i = 9", vec![9]), ("i >= 14", vec![14, 15])]
+    {
+        assert_eq!(indexed_agrees(&latest, predicate).await, expected);
+    }
+    assert_eq!(
+        bitmap_named(&stored_indices(&latest).await, "i_idx"),
+        Some(RoaringBitmap::from_iter([0u32, 1, 2, 3])),
+        "stored provenance: every retired source"
+    );
+}
+
+/// A distributed compaction plans at V but builds its entry from a handle at V+1, after another
+/// stable partition landed: the entry would fold that writer's transition into ours, so it is
+/// refused, and nothing lands.
+#[tokio::test]
+async fn rewrite_entry_built_from_a_later_handle_is_refused_with_the_contract_error() {
+    let (_dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    let read_version = ds.manifest().version;
+    let (ours_transition, ours_destinations) = partition(&ds, &[0, 1], 10).await;
+    let (their_transition, their_destinations) = partition(&ds, &[2, 3], 20).await;
+    let main = lance_commit(
+        &ds,
+        tagged_rewrite(&ds, fragments_of(&ds, &[2, 3]), their_destinations, vec![their_transition]).await,
+    )
+    .await;
+    let late = tagged_rewrite(&main, fragments_of(&ds, &[0, 1]), ours_destinations, vec![ours_transition]).await;
+    let ours = TransactionBuilder::new(read_version, late).build();
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger =
+        Ledger::new("rewrite_entry_built_from_a_later_handle_is_refused_with_the_contract_error", &[], &[]);
+    ledger.record("entry built at the later version", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("built from version"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("built from version"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, main.manifest().version, "nothing landed");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+}
+
+/// The same race with the entry built at the read version, as the contract requires: both land.
+#[tokio::test]
+async fn rewrite_entry_built_at_the_read_version_merges_with_a_disjoint_concurrent_rewrite() {
+    disjoint_partitions_race("rewrite_entry_built_at_the_read_version_merges_with_a_disjoint_concurrent_rewrite").await;
+}
+
+/// Matrix row 6 (fresh session): two disjoint stable partitions race and both land.
+#[tokio::test]
+async fn sp_vs_sp_disjoint_merges_fresh_session() {
+    disjoint_partitions_race("sp_vs_sp_disjoint_merges_fresh_session").await;
+}
+
+/// Upstream's `mixed_rewrite`: fragments 0 and 1 partitioned onto 10 and 11 with their
+/// transition recorded, fragments 2 and 3 moved onto 20 and 21 with none (a bare group).
+async fn mixed_rewrite(ds: &Dataset) -> Operation {
+    let (transition, covered) = partition(ds, &[0, 1], 10).await;
+    let (_, bare) = partition(ds, &[2, 3], 20).await;
+    Operation::Rewrite {
+        groups: vec![
+            RewriteGroup { old_fragments: fragments_of(ds, &[0, 1]), new_fragments: covered },
+            RewriteGroup { old_fragments: fragments_of(ds, &[2, 3]), new_fragments: bare },
+        ],
+        rewritten_indices: vec![],
+        frag_reuse_index: Some(
+            lance::index::frag_reuse::frag_reuse_entry_appending(ds, vec![transition])
+                .await
+                .expect("fragment reuse entry"),
+        ),
+    }
+}
+
+/// Four fragments of four rows, `i_idx` over all of them.
+async fn covered_fixture() -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    (dir, uri, ds)
+}
+
+/// Two fragments indexed by `i_idx`, then fragments 2 and 3 (8..16) appended: nothing covers them.
+async fn uncovered_fixture() -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let ds = index_i(&ds, "i_idx").await;
+    let ds = append_rows(&append_rows(&ds, 8..12).await, 12..16).await;
+    (dir, uri, reserve(&ds, 40).await)
+}
+
+/// A MemWAL index, which carries no fragment bitmap by design, committed by Lance.
+async fn with_mem_wal(ds: Dataset) -> Dataset {
+    let meta = lance_table::system_index::mem_wal::new_mem_wal_index_meta(ds.manifest().version, Default::default())
+        .expect("MemWAL index metadata");
+    let ds = lance_commit(&ds, Operation::CreateIndex { new_indices: vec![meta], removed_indices: vec![] }).await;
+    let stored = stored_indices(&ds).await;
+    assert!(stored.iter().any(|i| i.name == "__lance_mem_wal" && i.fragment_bitmap.is_none()));
+    ds
+}
+
+/// The mixed rewrite on `ds` is refused whole with the covering index named: nothing lands.
+async fn assert_mixed_rewrite_refused(ledger: &mut Ledger, case: &str, uri: &str, ds: &Dataset) {
+    let before = stored_indices(ds).await;
+    assert_eq!(bitmap_named(&before, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1, 2, 3])));
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(ds).await).build();
+    let (j, landed) = judge_and_commit(uri, ours).await;
+    ledger.record(case, &j, Upstream::NotCompatible);
+    assert!(j.lance.to_string().contains("i_idx"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("i_idx"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(uri).await;
+    assert_eq!(latest.manifest().version, ds.manifest().version, "nothing landed");
+    assert_eq!(live_ids(&latest), vec![0, 1, 2, 3]);
+    assert_eq!(stored_indices(&latest).await, before, "the indices are as they were");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+}
+
+/// The mixed rewrite on `ds` lands: one transition recorded, `i_idx` translates onto the covered
+/// destinations, the bare destinations are scanned.
+async fn assert_mixed_rewrite_lands(ledger: &mut Ledger, case: &str, uri: &str, ds: &Dataset) {
+    let before = stored_indices(ds).await;
+    assert_eq!(bitmap_named(&before, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1])));
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(ds).await).build();
+    let (j, landed) = judge_and_commit(uri, ours).await;
+    ledger.record(case, &j, Upstream::Compatible);
+    landed.expect("lands");
+    let latest = open(uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 1);
+    let stored = stored_indices(&latest).await;
+    assert_eq!(stored.len(), before.len() + 1, "the entry was added");
+    assert_eq!(bitmap_named(&stored, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1])), "stored provenance");
+    let derived = latest.load_indices().await.expect("indices");
+    assert_eq!(bitmap_named(&derived, "i_idx"), Some(RoaringBitmap::from_iter([10u32, 11])), "derived coverage");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// A bare group over fragments `i_idx` covers: the whole rewrite is refused.
+#[tokio::test]
+async fn mixed_rewrite_with_a_bare_group_over_covered_fragments_is_refused_whole() {
+    let mut ledger = Ledger::new("mixed_rewrite_with_a_bare_group_over_covered_fragments_is_refused_whole", &[], &[]);
+    let (_dir, uri, ds) = covered_fixture().await;
+    assert_mixed_rewrite_refused(&mut ledger, "bare group covered", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A bare group over fragments no index covers: the rewrite lands.
+#[tokio::test]
+async fn mixed_rewrite_with_a_bare_group_over_uncovered_fragments_lands() {
+    let mut ledger = Ledger::new("mixed_rewrite_with_a_bare_group_over_uncovered_fragments_lands", &[], &[]);
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    assert_mixed_rewrite_lands(&mut ledger, "bare group uncovered", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A MemWAL index has no fragment bitmap: it neither blocks the uncovered bare group nor excuses
+/// the covered one.
+#[tokio::test]
+async fn mixed_rewrite_beside_a_mem_wal_index_follows_the_bare_group_rule() {
+    let mut ledger = Ledger::new("mixed_rewrite_beside_a_mem_wal_index_follows_the_bare_group_rule", &[], &[]);
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ds = with_mem_wal(ds).await;
+    assert_mixed_rewrite_lands(&mut ledger, "uncovered, beside MemWAL", &uri, &ds).await;
+    let (_dir, uri, ds) = covered_fixture().await;
+    let ds = with_mem_wal(ds).await;
+    assert_mixed_rewrite_refused(&mut ledger, "covered, beside MemWAL", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A second writer's index `late_idx` over `fragments`, committed after `ds`'s version.
+async fn concurrent_index(ds: &Dataset, fragments: Vec<u32>) -> Dataset {
+    let mut writer = ds.clone();
+    writer
+        .create_index_builder(&["i"], IndexType::Scalar, &ScalarIndexParams::default())
+        .name("late_idx".into())
+        .fragments(fragments)
+        .await
+        .expect("late index");
+    assert_eq!(writer.manifest().version, ds.manifest().version + 1);
+    writer
+}
+
+/// The bare group is checked against the indices of the version we land on: an index a
+/// concurrent writer built over its fragments refuses the rewrite.
+#[tokio::test]
+async fn bare_group_covered_by_a_concurrent_index_is_refused_on_retry() {
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(&ds).await).build();
+    let writer = concurrent_index(&ds, vec![2, 3]).await;
+    let stored_b = stored_indices(&writer).await;
+    assert_eq!(bitmap_named(&stored_b, "late_idx"), Some(RoaringBitmap::from_iter([2u32, 3])));
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("bare_group_covered_by_a_concurrent_index_is_refused_on_retry", &[], &[]);
+    ledger.record("late_idx over the bare group", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("late_idx"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("late_idx"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, writer.manifest().version, "nothing of ours landed");
+    assert_eq!(live_ids(&latest), vec![0, 1, 2, 3]);
+    assert_eq!(stored_indices(&latest).await, stored_b);
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// The mirror: the concurrent index covers only the recorded group's sources, so the rewrite lands
+/// and that index translates onto the destinations.
+#[tokio::test]
+async fn bare_group_uncovered_by_a_concurrent_index_lands_on_retry() {
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(&ds).await).build();
+    let writer = concurrent_index(&ds, vec![0, 1]).await;
+    let stored_b = stored_indices(&writer).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("bare_group_uncovered_by_a_concurrent_index_lands_on_retry", &[], &[]);
+    ledger.record("late_idx over the recorded group", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    assert_eq!(landed.manifest().version, writer.manifest().version + 1);
+    let latest = open(&uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 1);
+    let stored = stored_indices(&latest).await;
+    assert_eq!(stored.len(), stored_b.len() + 1, "the entry was added");
+    for name in ["late_idx", "i_idx"] {
+        assert_eq!(bitmap_named(&stored, name), Some(RoaringBitmap::from_iter([0u32, 1])), "{name}: provenance");
+    }
+    let derived = latest.load_indices().await.expect("indices");
+    assert_eq!(bitmap_named(&derived, "late_idx"), Some(RoaringBitmap::from_iter([10u32, 11])));
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// A committed `CreateIndex` that replaces the fragment-reuse entry together with a user index is
+/// a shape no rule covers: a tagged rewrite refuses it (upstream asks the resolver directly).
+#[tokio::test]
+async fn sp_rejects_mixed_fri_create_index() {
+    let (_dir, _uri, ds) = fixture(2, 4).await;
+    let ds = Arc::new(reserve(&ds, 20).await);
+    let (transition, destinations) = partition(&ds, &[0], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0]), destinations, vec![transition]).await,
+    )
+    .build();
+    let meta = |name: &str| IndexMetadata {
+        uuid: uuid::Uuid::new_v4(),
+        name: name.to_string(),
+        fields: vec![],
+        covering_fields: vec![],
+        dataset_version: ds.manifest().version,
+        fragment_bitmap: Some(RoaringBitmap::from_iter([0u32, 1])),
+        index_details: None,
+        index_version: 0,
+        created_at: None,
+        base_id: None,
+        files: None,
+    };
+    let theirs = TransactionBuilder::new(
+        ds.manifest().version,
+        Operation::CreateIndex {
+            new_indices: vec![meta(FRAG_REUSE_INDEX_NAME), meta("u_idx")],
+            removed_indices: vec![meta(FRAG_REUSE_INDEX_NAME)],
+        },
+    )
+    .build();
+    let j = judge_after(&ds, &ours, None, &theirs).await;
+    let mut ledger = Ledger::new("sp_rejects_mixed_fri_create_index", &[], &[]);
+    ledger.record("reuse entry replaced with a user index", &j, Upstream::NotCompatible);
+    ledger.finish();
+}

@@ -72,6 +72,37 @@ impl RewriteFragments {
         }
     }
 
+    /// A tagged rewrite may also move groups no transition records (bare groups). Nothing translates
+    /// an index across those, so such a group is admitted only over fragments no index covers, as a
+    /// plain rewrite would be; checked against the indices of the version we land on, so an index a
+    /// concurrent writer built over a bare group refuses us. The whole rewrite is refused, never a
+    /// part of it.
+    fn bare_groups_are_unindexed(&self, state: &TableState) -> Result<(), Reason> {
+        let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
+            return Ok(());
+        };
+        let recorded: BTreeSet<u64> =
+            ours.transitions().iter().flat_map(|t| t.sources().iter().map(|d| d.id)).collect();
+        let bare = self.groups.iter().filter(|g| !g.old_fragments.iter().any(|f| recorded.contains(&f.id)));
+        for fragment in bare.flat_map(|g| g.old_fragments.iter()) {
+            let covering = state
+                .indices
+                .iter()
+                .find(|i| i.fragment_bitmap.as_ref().is_some_and(|b| b.contains(fragment.id as u32)));
+            if let Some(index) = covering {
+                return Err(invalid(
+                    ActionKind::RewriteFragments,
+                    format!(
+                        "fragment {} is moved by a group no reuse transition records, but index {} covers it; \
+                         record a transition for it or rebuild the index",
+                        fragment.id, index.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn rebase_one(&self, peer: &PeerAction<'_>, transition_fragments: &BTreeSet<u64>) -> Verdict {
         const K: ActionKind = ActionKind::RewriteFragments;
         // Compaction keeps every row and value, so the MemWAL's claim about the data still holds.
@@ -191,13 +222,27 @@ impl Action for RewriteFragments {
     }
 
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
-        match self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
-            Some(id) => Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist"))),
-            None => Ok(()),
+        if let Some(id) = self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
+            return Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist")));
         }
+        self.bare_groups_are_unindexed(state)
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        // A tagged entry is a diff against the history at our read version; one built at another
+        // version would fold other writers' transitions into ours.
+        if let Some(entry) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e))
+            && entry.dataset_version != cx.base.version
+        {
+            return Verdict::Fail(invalid(
+                ActionKind::RewriteFragments,
+                format!(
+                    "the rewrite's fragment-reuse entry was built from version {} but the rewrite reads version {}; \
+                     build it from the read version",
+                    entry.dataset_version, cx.base.version
+                ),
+            ));
+        }
         let transition_fragments = self.transition_fragments(cx.base);
         fold_verdicts(peers, |p| self.rebase_one(p, &transition_fragments))
     }
