@@ -778,3 +778,123 @@ async fn sp_rejects_mixed_fri_create_index() {
     ledger.record("reuse entry replaced with a user index", &j, Upstream::NotCompatible);
     ledger.finish();
 }
+
+/// Upstream's `deferred_compaction_options`: only fragments under four rows are candidates, and the
+/// index remap is deferred (the compaction records its movement in the reuse history).
+fn deferred_compaction() -> lance::dataset::optimize::CompactionOptions {
+    lance::dataset::optimize::CompactionOptions {
+        target_rows_per_fragment: 4,
+        defer_index_remap: true,
+        ..Default::default()
+    }
+}
+
+/// A real deferred `compact_files` on the latest version, committed by Lance.
+async fn compact(uri: &str) {
+    let mut compactor = open(uri).await;
+    lance::dataset::optimize::compact_files(&mut compactor, deferred_compaction(), None).await.expect("compaction");
+}
+
+/// Two fragments of four rows (0..8), two two-row fragments appended (100..102, 102..104) and
+/// `i_idx` over all four; with `tagged`, a stable partition of 0 and 1 into 10 and 11 committed.
+/// Only the two-row fragments are candidates of `deferred_compaction`.
+async fn small_fragments_fixture(tagged: bool) -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let ds = append_rows(&append_rows(&ds, 100..102).await, 102..104).await;
+    let mut ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    if tagged {
+        let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+        ds = lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await)
+            .await;
+        ds = reserve(&ds, 20).await;
+    }
+    (dir, uri, ds)
+}
+
+fn small_fragment_ids(ds: &Dataset) -> Vec<u64> {
+    ds.manifest().fragments.iter().filter(|f| f.physical_rows.is_some_and(|r| r < 4)).map(|f| f.id).collect()
+}
+
+fn expected_values() -> Vec<i32> {
+    (0..8).chain(100..104).collect()
+}
+
+/// A stable partition read before a concurrent deferred compaction landed: `tagged` on a tagged
+/// table (the compaction appends an ordered-compaction transition), untagged on a v0 table (the
+/// compaction installs a v0 entry, which our rewrite's history lifts). Disjoint, so both land and
+/// the history holds both records.
+async fn sp_over_deferred_compaction(test: &'static str, tagged: bool) {
+    let (_dir, uri, ds) = small_fragments_fixture(tagged).await;
+    let sources: Vec<u64> = live_ids(&ds).into_iter().filter(|id| !small_fragment_ids(&ds).contains(id)).collect();
+    assert_eq!(sources.len(), 2);
+    let (transition, destinations) = partition(&ds, &sources, 50).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &sources), destinations, vec![transition]).await,
+    )
+    .build();
+    compact(&uri).await;
+    let compacted = open(&uri).await;
+    assert!(small_fragment_ids(&compacted).is_empty(), "the compaction consumed the small fragments");
+    let committed_entry = fri_entry(&compacted).await.expect("the compaction recorded its movement");
+    assert_eq!(committed_entry.index_version, i32::from(tagged), "a v0 entry on an untagged table");
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record("disjoint deferred compaction", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    let expected_transitions = if tagged { 3 } else { 2 };
+    assert_eq!(transition_count(&latest).await, expected_transitions, "every record survives");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    assert_eq!(indexed_agrees(&latest, "i = 3").await, vec![3]);
+}
+
+/// Matrix row 2 (same session): upstream's v0 compaction is hand-built with a crate-private
+/// builder; here it is a real deferred `compact_files` on the untagged table.
+#[tokio::test]
+async fn sp_reassembles_over_concurrent_v0_compaction() {
+    sp_over_deferred_compaction("sp_reassembles_over_concurrent_v0_compaction", false).await;
+}
+
+/// Matrix row 2 (fresh session): every handle here is a fresh open, so this is the same port.
+#[tokio::test]
+async fn sp_reassembles_over_concurrent_v0_compaction_fresh_session() {
+    sp_over_deferred_compaction("sp_reassembles_over_concurrent_v0_compaction_fresh_session", false).await;
+}
+
+/// FIX 3a, order 2: a stable partition of 10 and 11 read before a real deferred compaction of the
+/// small fragments landed on the tagged table.
+#[tokio::test]
+async fn sp_rebases_over_real_deferred_compaction_fresh_session() {
+    sp_over_deferred_compaction("sp_rebases_over_real_deferred_compaction_fresh_session", true).await;
+}
+
+/// ITEM 6: the stable partition's sources are exactly the compaction's candidates; the compaction
+/// lands first and the rewrite is refused outright.
+#[tokio::test]
+async fn overlapping_compaction_and_sp_rejected_fresh_session() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let small = small_fragment_ids(&ds);
+    assert_eq!(small.len(), 2);
+    let (transition, destinations) = partition(&ds, &small, 60).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await,
+    )
+    .build();
+    compact(&uri).await;
+    let compacted = open(&uri).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("overlapping_compaction_and_sp_rejected_fresh_session", &[], &[]);
+    ledger.record("compaction of our sources", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, compacted.manifest().version, "nothing of ours landed");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+}
