@@ -7,6 +7,8 @@
 //! committed at the next version. Lance's resolver answers the re-expressed case too, and must give
 //! the upstream answer: that checks the port is faithful.
 
+mod tagged_rewrite_conflicts;
+
 use std::collections::HashMap;
 
 use lance::dataset::transaction::{Operation, RewriteGroup, Transaction};

@@ -318,6 +318,7 @@ impl ActionCommit {
                 return Err(refused(verdict, report));
             }
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
+            reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
             let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
             match write_attempt(&fixed, &latest, &txn, op, entry, &mut report).await? {
                 Written::Landed(ds) => {
@@ -630,6 +631,59 @@ fn history_line(report: &CommitReport, current: &AttemptReport) -> String {
         .collect();
     lines.push(format!("head v{}: {} peer(s), {}", current.head, current.peers.len(), current.verdict.label()));
     lines.join("\n")
+}
+
+/// A rewrite on a tagged table carries its complete fragment-reuse entry (the history so far plus
+/// its own transitions), which Lance takes only when it was built at the version the commit reads.
+/// Our attempt reads the head, so an entry built at an older read version is rebuilt there: the
+/// head's history, other writers' transitions included, plus exactly the transitions ours added to
+/// the history at its read version (`base`).
+async fn reassemble_reuse_entries(
+    latest: &Arc<Dataset>,
+    base: &lance_actions::TableState,
+    txn: &mut ActionTxn,
+) -> CommitResult<()> {
+    use lance_table::system_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
+    use lance_table::system_index::frag_reuse::metadata::is_tagged;
+    let head = latest.manifest().version;
+    let refuse = |detail: &str| {
+        lance_err("rebuilding the fragment-reuse history at the head")(lance::Error::not_supported(detail.to_string()))
+    };
+    for action in txn.actions.iter_mut() {
+        let AnyAction::RewriteFragments(rw) = action else { continue };
+        let Some(entry) = rw.frag_reuse_index.as_ref().filter(|e| is_tagged(e) && e.dataset_version != head) else {
+            continue;
+        };
+        let ours = inline_transitions(entry)
+            .ok_or_else(|| refuse("the rewrite's own fragment-reuse entry does not hold its history inline"))?;
+        let known = match base.indices.iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME) {
+            None => Vec::new(),
+            Some(read) => inline_transitions(read).ok_or_else(|| {
+                refuse("the fragment-reuse history at the rewrite's read version is stored in its own file")
+            })?,
+        };
+        let added: Vec<_> = ours.into_iter().filter(|t| !known.contains(t)).collect();
+        let rebuilt = lance::index::frag_reuse::frag_reuse_entry_appending(latest, added)
+            .await
+            .map_err(lance_err("rebuilding the fragment-reuse history at the head"))?;
+        rw.frag_reuse_index = Some(rebuilt);
+    }
+    Ok(())
+}
+
+/// The transitions a fragment-reuse entry holds inline; `None` for a history in its own file or
+/// details that do not decode.
+fn inline_transitions(
+    entry: &lance_table::format::IndexMetadata,
+) -> Option<Vec<lance_table::format::pb::fragment_reuse_index_details::Transition>> {
+    use lance_table::format::pb::FragmentReuseIndexDetails;
+    use lance_table::format::pb::fragment_reuse_index_details::Content;
+    use prost::Message;
+    let details = entry.index_details.as_ref()?;
+    match FragmentReuseIndexDetails::decode(details.value.as_slice()).ok()?.content? {
+        Content::Inline(content) => Some(content.transitions),
+        Content::External(_) => None,
+    }
 }
 
 /// Perform the IO the rebase asked for: a deletion vector marked for union with the head's is

@@ -13,8 +13,10 @@ use lance_table::format::IndexMetadata;
 pub(crate) const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
 
 use super::remove_index::RemoveIndex;
+use super::reuse_history;
+use super::rewrite_fragments::RewriteFragments;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
-use crate::context::TxnContext;
+use crate::context::{OperationKind, TxnContext};
 use crate::path::{FieldScope, IndexScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
@@ -65,6 +67,77 @@ impl AddIndex {
         }
     }
 
+    fn is_ngram(&self) -> bool {
+        self.index.index_details.as_ref().is_some_and(|d| d.type_url.ends_with("NGramIndexDetails"))
+    }
+
+    /// A committed compaction of fragments we index. On a tagged table whose history records a
+    /// group's movement (every source on the recorded lineage) the rewrite deferred its remap: our
+    /// index lands with the retired sources as its provenance and the reader translates it, partly
+    /// covered groups included (the reader scans those rows). An NGram index cannot serve retired
+    /// coverage and is rebuilt; off the lineage (untagged table, bare rewrite) the eager rule
+    /// holds: the rows we indexed moved, so Retry.
+    fn rebase_vs_rewrite(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, rw: &RewriteFragments) -> Verdict {
+        const K: ActionKind = ActionKind::AddIndex;
+        let history = cx.head.and_then(|h| reuse_history::tagged_entry(&h.indices));
+        for group in &rw.groups {
+            let Some(covered) = group.old_fragments.iter().map(|f| f.id).find(|id| self.covers(*id)) else {
+                continue;
+            };
+            let recorded = self.index.fragment_bitmap.is_some()
+                && history.is_some_and(|e| reuse_history::records(e, group.old_fragments.iter().map(|f| f.id)));
+            if !recorded || self.is_ngram() {
+                return peer.retry(K, Rule::FragmentGone, format!("fragment {covered} we index was rewritten"));
+            }
+        }
+        Verdict::Ok
+    }
+
+    /// Stop claiming `fragments`. On a tagged table a fragment the history produced is covered
+    /// through the fragments its rows came from, which our bitmap may name instead (an index built
+    /// before the rewrite): those are withdrawn too, so the reader scans the rewritten rows rather
+    /// than answer with stale values. A history that cannot be read makes us withdraw every
+    /// fragment on its lineage.
+    fn withdraw(&mut self, cx: &RebaseCx<'_>, fragments: &[u64]) {
+        self.trim(fragments.iter().copied());
+        let Some(entry) = cx.head.and_then(|h| reuse_history::tagged_entry(&h.indices)) else { return };
+        match reuse_history::ledger(entry) {
+            Some(ledger) => {
+                let ancestors: Vec<u64> =
+                    fragments.iter().flat_map(|f| reuse_history::ancestors(&ledger, *f)).collect();
+                self.trim(ancestors);
+            }
+            None => self.trim(entry.fragment_bitmap.iter().flat_map(|b| b.iter()).map(u64::from).collect::<Vec<_>>()),
+        }
+    }
+
+    /// A committed merge whose schema removed or retyped a field we index (a cast rewrites a column
+    /// under a new field id). On a tagged table the index would describe a column its
+    /// destinations no longer hold, so it is rebuilt against the new field: Retry. Lance asks this
+    /// only of a tagged table, and so do we.
+    fn rebase_vs_merged_schema(
+        &self,
+        cx: &RebaseCx<'_>,
+        peer: &PeerAction<'_>,
+        schema: &lance_core::datatypes::Schema,
+    ) -> Verdict {
+        if cx.head.and_then(|h| reuse_history::tagged_entry(&h.indices)).is_none() {
+            return Verdict::Ok;
+        }
+        let gone = cx.base.schema.fields_pre_order().find(|field| {
+            self.index.fields.contains(&field.id)
+                && schema.field_by_id(field.id).is_none_or(|now| now.data_type() != field.data_type())
+        });
+        match gone {
+            Some(field) => peer.retry(
+                ActionKind::AddIndex,
+                Rule::SchemaChanged,
+                format!("a merge removed or retyped indexed field {} ({})", field.id, field.name),
+            ),
+            None => Verdict::Ok,
+        }
+    }
+
     fn rebase_one(&mut self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
         if matches!(peer.action, AnyAction::UpdateMemWalState(_)) && self.is_mem_wal_install() {
@@ -75,17 +148,14 @@ impl AddIndex {
         }
         match peer.action {
             AnyAction::InvalidateIndexCoverage(inv) => {
-                self.trim(inv.fragments.iter().copied());
+                self.withdraw(cx, &inv.fragments);
                 Verdict::Ok
             }
             AnyAction::RemoveFragments(rm) => {
                 self.trim(rm.ids.iter().copied());
                 Verdict::Ok
             }
-            AnyAction::RewriteFragments(rw) => match rw.old_ids().into_iter().find(|id| self.covers(*id)) {
-                Some(id) => peer.retry(K, Rule::FragmentGone, format!("fragment {id} we index was rewritten")),
-                None => Verdict::Ok,
-            },
+            AnyAction::RewriteFragments(rw) => self.rebase_vs_rewrite(cx, peer, rw),
             // An update that rewrote an indexed column in place: Lance prunes the fragment from the
             // new index, which lands over the rest; the
             // update's own `InvalidateIndexCoverage` names the same fragment and fields. A data
@@ -106,6 +176,9 @@ impl AddIndex {
                 Rule::SchemaChanged,
                 "a merge restated the fragments and schema the MemWAL install was validated against",
             ),
+            AnyAction::ChangeSchema(cs) if peer.context.shell == OperationKind::Merge => {
+                self.rebase_vs_merged_schema(cx, peer, &cs.schema)
+            }
             AnyAction::RemoveIndex(dropped) => self.rebase_vs_drop(cx, peer, dropped),
             AnyAction::AddIndex(_) => {
                 peer.retry(K, Rule::IndexClash, "the committed transaction wrote the same index or index name")

@@ -18,6 +18,7 @@ pub mod replace_fragment_columns;
 pub mod reserve_fragment_ids;
 pub mod reset_table;
 pub mod restore;
+pub(crate) mod reuse_history;
 pub mod rewrite_fragments;
 pub mod update_config;
 pub mod update_deletion_vector;

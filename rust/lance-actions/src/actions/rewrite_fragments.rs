@@ -9,12 +9,13 @@ use std::collections::BTreeSet;
 use lance_table::format::IndexMetadata;
 use lance_table::transaction::{RewriteGroup, RewrittenIndex};
 
-use super::fragment_fields;
+use super::{fragment_fields, reuse_history};
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts, invalid};
 use crate::context::TxnContext;
 use crate::path::{FragmentScope, IndexScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
+use lance_table::system_index::frag_reuse::metadata::is_tagged;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RewriteFragments {
@@ -37,7 +38,73 @@ impl RewriteFragments {
             && self.groups.iter().flat_map(|g| g.old_fragments.iter()).any(|f| f.row_id_meta.is_some())
     }
 
-    fn rebase_one(&self, peer: &PeerAction<'_>) -> Verdict {
+    /// The fragments the transitions our tagged fragment-reuse entry adds read from or produce;
+    /// empty for a rewrite without a tagged entry (a plain or a v0 deferred compaction).
+    fn transition_fragments(&self, base: &TableState) -> BTreeSet<u64> {
+        let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
+            return BTreeSet::new();
+        };
+        reuse_history::added_fragments(&ours, reuse_history::entry(&base.indices))
+    }
+
+    /// Does every group lie wholly inside or wholly outside `bitmap`? A deferred remap keeps an
+    /// index's coverage as provenance, which must name whole groups: a group half inside would
+    /// leave the index covering a destination only partly.
+    fn groups_align_with(&self, bitmap: &roaring::RoaringBitmap) -> bool {
+        self.groups.iter().all(|g| {
+            let inside = g.old_fragments.iter().filter(|f| bitmap.contains(f.id as u32)).count();
+            inside == 0 || inside == g.old_fragments.len()
+        })
+    }
+
+    /// A committed index build while our rewrite defers the remap (it carries a fragment-reuse
+    /// entry): the index keeps covering the moved rows under their old fragments, so it is no
+    /// conflict unless a group straddles its coverage or its coverage is unknown.
+    fn rebase_deferred_vs_index(&self, peer: &PeerAction<'_>, index: &IndexMetadata) -> Verdict {
+        const K: ActionKind = ActionKind::RewriteFragments;
+        match &index.fragment_bitmap {
+            Some(bitmap) if self.groups_align_with(bitmap) => Verdict::Ok,
+            Some(_) => peer.retry(
+                K,
+                Rule::IndexClash,
+                format!("a group of our rewrite lies partly inside the coverage of committed index {}", index.name),
+            ),
+            None => peer.retry(K, Rule::IndexClash, format!("committed index {} has no known coverage", index.name)),
+        }
+    }
+
+    /// A tagged rewrite may also move groups no transition records (bare groups). Nothing translates
+    /// an index across those, so such a group is admitted only over fragments no index covers, as a
+    /// plain rewrite would be; checked against the indices of the version we land on, so an index a
+    /// concurrent writer built over a bare group refuses us. The whole rewrite is refused, never a
+    /// part of it.
+    fn bare_groups_are_unindexed(&self, state: &TableState) -> Result<(), Reason> {
+        let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
+            return Ok(());
+        };
+        let recorded: BTreeSet<u64> =
+            ours.transitions().iter().flat_map(|t| t.sources().iter().map(|d| d.id)).collect();
+        let bare = self.groups.iter().filter(|g| !g.old_fragments.iter().any(|f| recorded.contains(&f.id)));
+        for fragment in bare.flat_map(|g| g.old_fragments.iter()) {
+            let covering = state
+                .indices
+                .iter()
+                .find(|i| i.fragment_bitmap.as_ref().is_some_and(|b| b.contains(fragment.id as u32)));
+            if let Some(index) = covering {
+                return Err(invalid(
+                    ActionKind::RewriteFragments,
+                    format!(
+                        "fragment {} is moved by a group no reuse transition records, but index {} covers it; \
+                         record a transition for it or rebuild the index",
+                        fragment.id, index.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn rebase_one(&self, peer: &PeerAction<'_>, transition_fragments: &BTreeSet<u64>) -> Verdict {
         const K: ActionKind = ActionKind::RewriteFragments;
         // Compaction keeps every row and value, so the MemWAL's claim about the data still holds.
         if matches!(peer.action, AnyAction::UpdateMemWalState(_)) {
@@ -47,6 +114,33 @@ impl RewriteFragments {
             return v;
         }
         match (peer.action, peer.their_path) {
+            // Double consumption: the committed rewrite consumed a fragment our transitions read from
+            // or produce, so they would record movement out of (or into) a fragment that is gone.
+            // No retry can help: the transitions must be rebuilt on the new table.
+            (AnyAction::RewriteFragments(theirs), _)
+                if theirs.old_ids().iter().any(|id| transition_fragments.contains(id)) =>
+            {
+                peer.fail(
+                    K,
+                    Rule::FragmentGone,
+                    "the committed rewrite consumed fragments our reuse transitions read from or produce; rebuild them",
+                )
+            }
+            // A replacement of the fragment-reuse entry (a trim) commits alone; one mixed with other
+            // index changes is a shape no rule covers, so it is refused rather than guessed at.
+            (AnyAction::AddIndex(_) | AnyAction::RemoveIndex(_), _)
+                if peer.index_edits.creates_name(reuse_history::FRAG_REUSE_INDEX_NAME) =>
+            {
+                if peer.index_edits.created.len() == 1 && peer.index_edits.removed.len() == 1 {
+                    Verdict::Ok
+                } else {
+                    peer.fail(
+                        K,
+                        Rule::IndexClash,
+                        "the committed transaction replaced the fragment-reuse entry together with other indices",
+                    )
+                }
+            }
             (AnyAction::AddIndex(ai), _) if self.defers_stable_row_id_remap() && answers_in_row_ids(&ai.index) => peer
                 .retry(
                     K,
@@ -56,6 +150,7 @@ impl RewriteFragments {
                         ai.index.name
                     ),
                 ),
+            (AnyAction::AddIndex(ai), _) if self.frag_reuse_index.is_some() => self.rebase_deferred_vs_index(peer, &ai.index),
             (AnyAction::AddIndex(ai), _) => {
                 let covers_old = match &ai.index.fragment_bitmap {
                     None => true,
@@ -110,6 +205,9 @@ impl Action for RewriteFragments {
         // bitmap, which Lance's rewrite rule reads as covering every fragment: it retries a rewrite
         // after one. The AddIndex arm of the rebase does the same.
         mask.push(ManifestPath::IndexName(super::add_index::MEM_WAL_INDEX_NAME.into()));
+        // A committed replacement of the fragment-reuse entry names no field either; the rebase
+        // judges its shape.
+        mask.push(ManifestPath::IndexName(reuse_history::FRAG_REUSE_INDEX_NAME.into()));
         mask
     }
 
@@ -125,14 +223,29 @@ impl Action for RewriteFragments {
     }
 
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
-        match self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
-            Some(id) => Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist"))),
-            None => Ok(()),
+        if let Some(id) = self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
+            return Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist")));
         }
+        self.bare_groups_are_unindexed(state)
     }
 
-    fn rebase(&mut self, _cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
-        fold_verdicts(peers, |p| self.rebase_one(p))
+    fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
+        // A tagged entry is a diff against the history at our read version; one built at another
+        // version would fold other writers' transitions into ours.
+        if let Some(entry) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e))
+            && entry.dataset_version != cx.base.version
+        {
+            return Verdict::Fail(invalid(
+                ActionKind::RewriteFragments,
+                format!(
+                    "the rewrite's fragment-reuse entry was built from version {} but the rewrite reads version {}; \
+                     build it from the read version",
+                    entry.dataset_version, cx.base.version
+                ),
+            ));
+        }
+        let transition_fragments = self.transition_fragments(cx.base);
+        fold_verdicts(peers, |p| self.rebase_one(p, &transition_fragments))
     }
 
     fn apply(&self, state: &mut TableState, txn: &mut TxnContext) {

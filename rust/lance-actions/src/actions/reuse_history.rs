@@ -1,0 +1,73 @@
+//! The fragment-reuse history of a tagged table: Lance's `__lance_frag_reuse` entry at
+//! `index_version` 1, whose transitions record which source fragments' rows moved to which
+//! destinations (`design/action-model.md`, RewriteFragments). A rewrite that appends transitions
+//! defers the index remap: an index keeps its old coverage as provenance and the reader translates
+//! it through the history. The rewrite and index rules consult the history to tell such a deferred
+//! remap from an eager one. Only what the entry holds inline is read: a history stored in its own
+//! file needs IO the pure model does not do, and every caller treats it as unknown.
+
+use std::collections::BTreeSet;
+
+use lance_table::format::IndexMetadata;
+pub(crate) use lance_table::system_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
+use lance_table::system_index::frag_reuse::ledger::FragReuseLedger;
+use lance_table::system_index::frag_reuse::metadata::is_tagged;
+
+pub(crate) fn is_entry(index: &IndexMetadata) -> bool {
+    index.name == FRAG_REUSE_INDEX_NAME
+}
+
+/// The table's fragment-reuse entry, in whatever form.
+pub(crate) fn entry(indices: &[IndexMetadata]) -> Option<&IndexMetadata> {
+    indices.iter().find(|i| is_entry(i))
+}
+
+/// The table's entry when it is a tagged history (transitions, not v0 compaction versions).
+pub(crate) fn tagged_entry(indices: &[IndexMetadata]) -> Option<&IndexMetadata> {
+    entry(indices).filter(|e| is_tagged(e))
+}
+
+/// The history `entry` holds inline; `None` when it is stored in its own file or does not decode.
+pub(crate) fn ledger(entry: &IndexMetadata) -> Option<FragReuseLedger> {
+    let details = entry.index_details.as_ref()?;
+    FragReuseLedger::decode_inline(entry.index_version, details).ok().flatten()
+}
+
+/// Is every one of `sources` on the lineage `entry` records? Its fragment bitmap lists every
+/// source and destination of its transitions; an entry without a bitmap may record anything.
+pub(crate) fn records(entry: &IndexMetadata, mut sources: impl Iterator<Item = u64>) -> bool {
+    match &entry.fragment_bitmap {
+        None => true,
+        Some(bitmap) => sources.all(|id| bitmap.contains(id as u32)),
+    }
+}
+
+/// The fragment ids of transitions in `ours` that `base` does not hold: what a rewrite's complete
+/// entry (built at its read version, whose entry is `base`) adds. Transitions are told apart by
+/// their fingerprints. A `base` history that cannot be read inline counts as empty, so the whole
+/// of `ours` is taken as added: a rewrite may claim more than it adds, never less.
+pub(crate) fn added_fragments(ours: &FragReuseLedger, base: Option<&IndexMetadata>) -> BTreeSet<u64> {
+    let known: BTreeSet<[u8; 32]> =
+        base.and_then(ledger).map(|l| l.transitions().iter().map(|t| *t.fingerprint()).collect()).unwrap_or_default();
+    ours.transitions()
+        .iter()
+        .filter(|t| !known.contains(t.fingerprint()))
+        .flat_map(|t| t.sources().iter().chain(t.destinations()).map(|d| d.id))
+        .collect()
+}
+
+/// `fragment` and every fragment its rows came from through the history, transitively.
+pub(crate) fn ancestors(ledger: &FragReuseLedger, fragment: u64) -> BTreeSet<u64> {
+    let mut found = BTreeSet::from([fragment]);
+    let mut pending = vec![fragment];
+    while let Some(id) = pending.pop() {
+        let Some(position) = ledger.producer(id as u32) else { continue };
+        let Some(transition) = ledger.transitions().get(position) else { continue };
+        for source in transition.sources() {
+            if found.insert(source.id) {
+                pending.push(source.id);
+            }
+        }
+    }
+    found
+}

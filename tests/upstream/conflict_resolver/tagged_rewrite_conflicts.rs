@@ -1,0 +1,900 @@
+//! Port of the `tagged_rewrite_conflicts` module of Lance 14.0.2's conflict-resolver tests (inside
+//! the `tests` module of `src/io/commit/conflict_resolver.rs`, with its submodule files under
+//! `src/io/commit/conflict_resolver/tests/tagged_rewrite_conflicts/`).
+//!
+//! Upstream tags a table with a stable-partition rewrite: a rewrite whose fragment-reuse entry
+//! (`index_version` 1) records one transition from its source fragments to its destinations, with
+//! a row map file saying which destination each source row went to. Upstream builds that with
+//! crate-private helpers; here the same inputs are rebuilt from Lance's public API: the
+//! destinations are written by Lance's `InsertBuilder` (staged, not committed), the row map by
+//! `lance_index`'s `RowMapWriter` at `_fri/<map id>/`, and the entry by Lance's public
+//! `frag_reuse_entry_appending` at the read version. Every table is on disk in its own temporary
+//! directory, and every handle that reads it after a commit is a fresh open, so every decision
+//! comes from what is stored (upstream's "fresh session" variants).
+//!
+//! Where upstream commits for real, the peer is committed by Lance and ours goes through our
+//! commit loop, whose outcome must equal our driver's verdict; Lance's resolver judges the same
+//! staged transaction against the same history and must give the upstream answer.
+
+mod index_over_committed_sp;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Int32Array, RecordBatch, RecordBatchIterator};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+use lance::Dataset;
+use lance::dataset::transaction::{Operation, RewriteGroup, Transaction, TransactionBuilder};
+use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
+use lance::index::DatasetIndexExt;
+use lance_actions_commit::{CommitError, DatasetActionsExt, Judgement, judge};
+use lance_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
+use lance_index::frag_reuse::row_map::{RowMapWriter, SourceRows};
+use lance_index::frag_reuse::stable_partition::MAPPING_FILE;
+use lance_index::scalar::IndexStore;
+use lance_index::scalar::lance_format::LanceIndexStore;
+use lance_index::{IndexType, scalar::ScalarIndexParams};
+use lance_table::format::pb::fragment_reuse_index_details::{FragmentDigest, StablePartition, Transition, transition};
+use lance_table::format::{Fragment, IndexMetadata};
+use roaring::RoaringBitmap;
+
+use crate::support::{Ledger, Upstream, judge_after};
+
+/// The columns of a fixture table: `i` (0, 1, 2, ...) alone, or with a constant `text` and a
+/// payload `w` equal to `i` (upstream's `index_over_committed_sp` fixture).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    I,
+    ITextW,
+}
+
+impl Shape {
+    fn schema(self) -> Arc<ArrowSchema> {
+        let mut fields = vec![Field::new("i", DataType::Int32, false)];
+        if self == Shape::ITextW {
+            fields.push(Field::new("text", DataType::Utf8, false));
+            fields.push(Field::new("w", DataType::Int32, false));
+        }
+        Arc::new(ArrowSchema::new(fields))
+    }
+
+    /// Rows with the given `i` values.
+    pub(super) fn batch(self, values: impl IntoIterator<Item = i32>) -> RecordBatch {
+        let i: Vec<i32> = values.into_iter().collect();
+        let mut columns: Vec<Arc<dyn arrow_array::Array>> = vec![Arc::new(Int32Array::from(i.clone()))];
+        if self == Shape::ITextW {
+            columns.push(Arc::new(arrow_array::StringArray::from(vec!["document"; i.len()])));
+            columns.push(Arc::new(Int32Array::from(i)));
+        }
+        RecordBatch::try_new(self.schema(), columns).expect("batch")
+    }
+
+    fn of(ds: &Dataset) -> Self {
+        if ds.schema().field("text").is_some() { Shape::ITextW } else { Shape::I }
+    }
+}
+
+/// A table of `shape` holding `i` = 0, 1, 2, ... in `fragments` fragments of `rows` rows each, in
+/// its own temporary directory (upstream's `disk_fixture`).
+pub(super) async fn fixture_of(shape: Shape, fragments: u32, rows: u32) -> (tempfile::TempDir, String, Dataset) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let batch = shape.batch(0..(fragments * rows) as i32);
+    let params = WriteParams { max_rows_per_file: rows as usize, ..Default::default() };
+    let reader = RecordBatchIterator::new(vec![Ok(batch.clone())], batch.schema());
+    let ds = Dataset::write(reader, &uri, Some(params)).await.expect("fixture table");
+    assert_eq!(ds.manifest().fragments.len(), fragments as usize);
+    (dir, uri, ds)
+}
+
+/// Upstream's `disk_fixture`: one `i` column.
+pub(super) async fn fixture(fragments: u32, rows: u32) -> (tempfile::TempDir, String, Dataset) {
+    fixture_of(Shape::I, fragments, rows).await
+}
+
+/// A fresh handle on the latest version: nothing rides a cache of the writer that committed.
+pub(super) async fn open(uri: &str) -> Dataset {
+    Dataset::open(uri).await.expect("open the table")
+}
+
+/// Commit `operation` read at `ds`'s version with Lance's own commit.
+pub(super) async fn lance_commit(ds: &Dataset, operation: Operation) -> Dataset {
+    CommitBuilder::new(Arc::new(ds.clone()))
+        .execute(TransactionBuilder::new(ds.manifest().version, operation).build())
+        .await
+        .expect("Lance commits")
+}
+
+/// Reserve `n` fragment ids, so destinations numbered from 10 or 20 are below the high-water mark.
+pub(super) async fn reserve(ds: &Dataset, n: u32) -> Dataset {
+    lance_commit(ds, Operation::ReserveFragments { num_fragments: n }).await
+}
+
+/// Append the rows `values` as one new fragment (Lance's own writer).
+pub(super) async fn append_rows(ds: &Dataset, values: Range<i32>) -> Dataset {
+    InsertBuilder::new(Arc::new(ds.clone()))
+        .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+        .execute(vec![Shape::of(ds).batch(values)])
+        .await
+        .expect("append")
+}
+
+/// A scalar (BTree) index named `name` on `i`, built and committed by Lance.
+pub(super) async fn index_i(ds: &Dataset, name: &str) -> Dataset {
+    let mut ds = ds.clone();
+    ds.create_index(&["i"], IndexType::Scalar, Some(name.into()), &ScalarIndexParams::default(), false)
+        .await
+        .expect("create index");
+    ds
+}
+
+pub(super) fn fragments_of(ds: &Dataset, ids: &[u64]) -> Vec<Fragment> {
+    ds.manifest().fragments.iter().filter(|f| ids.contains(&f.id)).cloned().collect()
+}
+
+/// The rows of `fragments`, in scan order.
+async fn rows_of(ds: &Dataset, fragments: Vec<Fragment>) -> RecordBatch {
+    let mut scan = ds.scan();
+    scan.with_fragments(fragments);
+    scan.try_into_batch().await.expect("scan")
+}
+
+/// The `i` values of `fragments`, in scan order.
+async fn values_of(ds: &Dataset, fragments: Vec<Fragment>) -> Vec<i32> {
+    rows_of(ds, fragments).await["i"].as_primitive::<Int32Type>().values().to_vec()
+}
+
+/// Every `i` value of the table, sorted.
+pub(super) async fn sorted_values(ds: &Dataset) -> Vec<i32> {
+    let mut values = values_of(ds, ds.manifest().fragments.as_ref().clone()).await;
+    values.sort_unstable();
+    values
+}
+
+/// Upstream's `prepare_partition`: the rows of `source_ids` (scan order) split by `i % 2` into two
+/// staged destinations numbered `dest_base` and `dest_base + 1`, with the row map of that
+/// partition written under `_fri/<map id>/` and the transition that names it.
+pub(super) async fn partition(ds: &Dataset, source_ids: &[u64], dest_base: u64) -> (Transition, Vec<Fragment>) {
+    let sources: Vec<Fragment> =
+        source_ids.iter().map(|id| fragments_of(ds, &[*id]).pop().expect("source fragment")).collect();
+    let rows = rows_of(ds, sources.clone()).await;
+    let labels: Vec<u16> = rows["i"].as_primitive::<Int32Type>().values().iter().map(|v| (v % 2) as u16).collect();
+    let mut destinations = Vec::new();
+    for label in 0..2u16 {
+        let keep = arrow_array::BooleanArray::from(labels.iter().map(|l| *l == label).collect::<Vec<_>>());
+        let part = arrow_select::filter::filter_record_batch(&rows, &keep).expect("split the rows");
+        let staged = InsertBuilder::new(Arc::new(ds.clone()))
+            .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+            .execute_uncommitted(vec![part])
+            .await
+            .expect("stage a destination");
+        let Operation::Append { fragments } = staged.operation else { panic!("an append staged something else") };
+        destinations.extend(fragments);
+    }
+    for (i, fragment) in destinations.iter_mut().enumerate() {
+        fragment.id = dest_base + i as u64;
+    }
+    let mut digests = Vec::new();
+    let mut layout = Vec::new();
+    for fragment in &sources {
+        let deleted: Option<RoaringBitmap> = ds
+            .get_fragment(fragment.id as usize)
+            .expect("source fragment")
+            .get_deletion_vector()
+            .await
+            .expect("deletion vector")
+            .map(|v| v.iter().collect());
+        let physical_rows = fragment.physical_rows.expect("physical rows") as u64;
+        digests.push(FragmentDigest {
+            id: fragment.id,
+            physical_rows,
+            num_deleted_rows: deleted.as_ref().map_or(0, |d| d.len()),
+        });
+        layout.push(SourceRows { physical_rows, deleted });
+    }
+    let map_id = uuid::Uuid::new_v4();
+    let (store, base) = lance_io::object_store::ObjectStore::from_uri(ds.uri()).await.expect("object store");
+    let index_store = LanceIndexStore::with_format_version(
+        store,
+        base.clone().join("_fri").join(map_id.to_string().as_str()),
+        Arc::new(lance_core::cache::LanceCache::with_capacity(1024 * 1024)),
+        lance_file::version::ConcreteFileVersion::V2_1,
+    );
+    let file = index_store.new_index_file(MAPPING_FILE, RowMapWriter::schema()).await.expect("row map file");
+    let mut writer = RowMapWriter::try_new_with_block_rows(file, layout, 2, 3).expect("row map writer");
+    writer.append_labels(&labels).await.expect("row map labels");
+    let (file, _) = writer.finish().await.expect("row map");
+    let transition = Transition {
+        sources: digests,
+        destinations: destinations
+            .iter()
+            .map(|f| FragmentDigest {
+                id: f.id,
+                physical_rows: f.physical_rows.expect("physical rows") as u64,
+                num_deleted_rows: 0,
+            })
+            .collect(),
+        mapping: Some(transition::Mapping::StablePartition(StablePartition {
+            map_id: map_id.to_string(),
+            map_size_bytes: file.size_bytes,
+            base_id: None,
+        })),
+    };
+    (transition, destinations)
+}
+
+/// Upstream's `tagged_rewrite`: one group, and the complete fragment-reuse entry appending
+/// `transitions`, built (Lance's public `frag_reuse_entry_appending`) against `ds`, the version
+/// the rewrite reads.
+pub(super) async fn tagged_rewrite(
+    ds: &Dataset,
+    old: Vec<Fragment>,
+    new: Vec<Fragment>,
+    transitions: Vec<Transition>,
+) -> Operation {
+    Operation::Rewrite {
+        groups: vec![RewriteGroup { old_fragments: old, new_fragments: new }],
+        rewritten_indices: vec![],
+        frag_reuse_index: Some(
+            lance::index::frag_reuse::frag_reuse_entry_appending(ds, transitions).await.expect("fragment reuse entry"),
+        ),
+    }
+}
+
+/// A plain rewrite (no fragment-reuse entry) of `old` into `new`.
+pub(super) fn bare_rewrite(old: Vec<Fragment>, new: Vec<Fragment>) -> Operation {
+    Operation::Rewrite {
+        groups: vec![RewriteGroup { old_fragments: old, new_fragments: new }],
+        rewritten_indices: vec![],
+        frag_reuse_index: None,
+    }
+}
+
+/// The whole table's rows copied into one staged fragment numbered `id`.
+async fn compacted_copy(ds: &Dataset, id: u64) -> Vec<Fragment> {
+    let rows = rows_of(ds, ds.manifest().fragments.as_ref().clone()).await;
+    let staged = InsertBuilder::new(Arc::new(ds.clone()))
+        .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+        .execute_uncommitted(vec![rows])
+        .await
+        .expect("stage the copy");
+    let Operation::Append { mut fragments } = staged.operation else { panic!("an append staged something else") };
+    for f in fragments.iter_mut() {
+        f.id = id;
+    }
+    fragments
+}
+
+/// The table's fragment-reuse entry, if any.
+pub(super) async fn fri_entry(ds: &Dataset) -> Option<IndexMetadata> {
+    ds.load_indices().await.expect("indices").iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME).cloned()
+}
+
+/// The index entries as stored in the manifest (a translating segment's bitmap names its retired
+/// sources there; `load_indices` reports the coverage derived through the history).
+pub(super) async fn stored_indices(ds: &Dataset) -> Vec<IndexMetadata> {
+    let (store, _) = lance_io::object_store::ObjectStore::from_uri(ds.uri()).await.expect("object store");
+    lance_table::io::manifest::read_manifest_indexes(&store, ds.manifest_location(), ds.manifest())
+        .await
+        .expect("stored indices")
+}
+
+/// The fragment ids of the table, in manifest order.
+pub(super) fn live_ids(ds: &Dataset) -> Vec<u64> {
+    ds.manifest().fragments.iter().map(|f| f.id).collect()
+}
+
+/// Upstream's `make_tagged`: reserve ids, then a stable partition of every fragment into 10 and
+/// 11, committed by Lance.
+pub(super) async fn make_tagged(ds: &Dataset) -> Dataset {
+    let ds = reserve(ds, 40).await;
+    let ids = live_ids(&ds);
+    let (transition, destinations) = partition(&ds, &ids, 10).await;
+    let op = tagged_rewrite(&ds, fragments_of(&ds, &ids), destinations, vec![transition]).await;
+    let tagged = lance_commit(&ds, op).await;
+    assert_eq!(live_ids(&tagged), vec![10, 11]);
+    tagged
+}
+
+/// Judge `ours` (read at its read version) against everything committed since, with both
+/// resolvers, then commit it through our commit loop on the latest version. The loop's outcome
+/// must equal the driver's verdict. Returns the judgement, and the table ours landed on or the
+/// label the loop refused with ("retry", "fail", or "error" for a commit Lance refused outright).
+pub(super) async fn judge_and_commit(uri: &str, ours: Transaction) -> (Judgement, Result<Dataset, &'static str>) {
+    let latest = Arc::new(open(uri).await);
+    let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
+    let outcome = match latest.action_commit().with_max_attempts(3).execute(ours).await {
+        Ok((ds, _)) => Ok(ds),
+        Err(CommitError::Retry { .. }) => Err("retry"),
+        Err(CommitError::Fail { .. }) => Err("fail"),
+        Err(e) => {
+            println!("our commit loop refused: {e}");
+            Err("error")
+        }
+    };
+    let landed = match &outcome {
+        Ok(_) => "ok",
+        Err("error") => "fail",
+        Err(label) => label,
+    };
+    assert_eq!(
+        landed,
+        j.resolution.verdict.label(),
+        "the commit loop's outcome equals the driver's verdict ({})",
+        j.resolution.verdict
+    );
+    (j, outcome)
+}
+
+/// Matrix row 1: an append, a delete of two of its rows and a fragment reservation land between
+/// the rewrite's read version and its commit; the rewrite lands over all three.
+#[tokio::test]
+async fn sp_lands_over_unrelated_concurrent_ops() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let ds = reserve(&ds, 20).await;
+    let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await,
+    )
+    .build();
+    let mut writer = append_rows(&ds, 100..104).await;
+    writer.delete("i >= 102").await.expect("delete");
+    reserve(&writer, 5).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("sp_lands_over_unrelated_concurrent_ops", &[], &[]);
+    ledger.record("append, delete, reserve", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    let live = live_ids(&landed);
+    assert_eq!((live.len(), &live[..2]), (3, &[10u64, 11][..]), "the destinations and the appended fragment");
+    let mut expected: Vec<i32> = (0..8).collect();
+    expected.extend(100..102);
+    assert_eq!(sorted_values(&landed).await, expected);
+    assert_eq!(fri_entry(&landed).await.map(|e| e.index_version), Some(1), "the tagged entry is installed");
+}
+
+/// Matrix row 3 (fresh session): a committed plain compaction consumed our transition's sources.
+/// Not retryable: the intent can never succeed once its fragments are gone.
+#[tokio::test]
+async fn sp_double_consumption_is_rejected_fresh_session() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let ds = reserve(&ds, 40).await;
+    let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+    let all = fragments_of(&ds, &[0, 1]);
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, all.clone(), destinations, vec![transition]).await,
+    )
+    .build();
+    let copy = compacted_copy(&ds, 30).await;
+    lance_commit(&ds, bare_rewrite(all, copy)).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("sp_double_consumption_is_rejected_fresh_session", &[], &[]);
+    ledger.record("plain compaction of our sources", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(live_ids(&latest), vec![30], "only the compaction landed");
+    assert_eq!(sorted_values(&latest).await, (0..8).collect::<Vec<_>>());
+}
+
+/// Matrix row 3, destination direction: a committed rewrite that consumed a fragment our
+/// transition produces (fragment 10, which no real writer could have rewritten yet: upstream asks
+/// the resolver directly) is double consumption too.
+#[tokio::test]
+async fn sp_double_consumption_covers_destinations() {
+    let (_dir, _uri, ds) = fixture(2, 4).await;
+    let ds = Arc::new(reserve(&ds, 20).await);
+    let (transition, destinations) = partition(&ds, &[0], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0]), destinations, vec![transition]).await,
+    )
+    .build();
+    let theirs =
+        TransactionBuilder::new(ds.manifest().version, bare_rewrite(vec![Fragment::new(10)], vec![Fragment::new(12)]))
+            .build();
+    let j = judge_after(&ds, &ours, None, &theirs).await;
+    let mut ledger = Ledger::new("sp_double_consumption_covers_destinations", &[], &[]);
+    ledger.record("rewrite of our destination", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+}
+
+/// Matrix row 5: a user index over the fragments the rewrite consumes lands first; the rewrite
+/// defers remapping (its entry records the movement), so the two are compatible and the index
+/// keeps its retired coverage as provenance.
+#[tokio::test]
+async fn sp_lands_over_concurrent_user_index_and_blocks_v0_trim() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let ds = reserve(&ds, 20).await;
+    let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await,
+    )
+    .build();
+    index_i(&ds, "i_idx").await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("sp_lands_over_concurrent_user_index_and_blocks_v0_trim", &[], &[]);
+    ledger.record("user index over our sources", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    let indices = landed.load_indices().await.expect("indices");
+    let stored = stored_indices(&landed).await;
+    let i_idx = stored.iter().find(|i| i.name == "i_idx").expect("i_idx");
+    assert_eq!(i_idx.fragment_bitmap, Some(RoaringBitmap::from_iter([0u32, 1])), "stored provenance: the sources");
+    assert!(indices.iter().any(|i| i.name == FRAG_REUSE_INDEX_NAME));
+    assert_eq!(landed.count_rows(Some("i = 3".into())).await.expect("count"), 1, "the index still answers");
+    // Upstream's tail (a tagged trim keeps the record the index still needs) is Lance's cleanup,
+    // no concurrent pair: not ported.
+}
+
+/// The number of transitions the stored fragment-reuse entry holds (it is inline here).
+async fn transition_count(ds: &Dataset) -> usize {
+    let entry = stored_indices(ds).await.into_iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME).expect("the entry");
+    let details = entry.index_details.as_ref().expect("details");
+    lance_table::system_index::frag_reuse::ledger::FragReuseLedger::decode_inline(entry.index_version, details)
+        .expect("the history decodes")
+        .expect("the history is inline")
+        .transitions()
+        .len()
+}
+
+/// Sorted `i` values under `predicate`, with or without scalar indices.
+async fn i_values(ds: &Dataset, predicate: &str, use_index: bool) -> Vec<i32> {
+    let mut scan = ds.scan();
+    scan.filter(predicate).expect("filter");
+    scan.use_scalar_index(use_index);
+    let batch = scan.try_into_batch().await.expect("scan");
+    let mut values = batch["i"].as_primitive::<Int32Type>().values().to_vec();
+    values.sort_unstable();
+    values
+}
+
+/// Upstream's `assert_indexed_agrees`: the indexed answer equals the index-disabled scan.
+async fn indexed_agrees(ds: &Dataset, predicate: &str) -> Vec<i32> {
+    let indexed = i_values(ds, predicate, true).await;
+    assert_eq!(indexed, i_values(ds, predicate, false).await, "{predicate}: indexed and scanned answers agree");
+    indexed
+}
+
+fn bitmap_named(indices: &[IndexMetadata], name: &str) -> Option<RoaringBitmap> {
+    indices.iter().find(|i| i.name == name).and_then(|i| i.fragment_bitmap.clone())
+}
+
+/// Two disjoint stable partitions race from one version, four fragments with `i_idx` over all:
+/// ours (0, 1 into 10, 11) built at the read version, theirs (2, 3 into 20, 21) committed first.
+/// Both land; the history holds both transitions. Shared by two upstream tests.
+async fn disjoint_partitions_race(test: &'static str) {
+    let (_dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    let base_version = ds.manifest().version;
+    let (ours_transition, ours_destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        base_version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), ours_destinations, vec![ours_transition]).await,
+    )
+    .build();
+    let (their_transition, their_destinations) = partition(&ds, &[2, 3], 20).await;
+    lance_commit(
+        &ds,
+        tagged_rewrite(&ds, fragments_of(&ds, &[2, 3]), their_destinations, vec![their_transition]).await,
+    )
+    .await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record("disjoint stable partitions", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    assert_eq!(landed.manifest().version, base_version + 2, "exactly two commits on the shared base");
+    let latest = open(&uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 2, "both transitions are in the history");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    for (predicate, expected) in [("i = 1", vec![1]), ("i = 5", vec![5]), ("i = 9", vec![9]), ("i >= 14", vec![14, 15])]
+    {
+        assert_eq!(indexed_agrees(&latest, predicate).await, expected);
+    }
+    assert_eq!(
+        bitmap_named(&stored_indices(&latest).await, "i_idx"),
+        Some(RoaringBitmap::from_iter([0u32, 1, 2, 3])),
+        "stored provenance: every retired source"
+    );
+}
+
+/// A distributed compaction plans at V but builds its entry from a handle at V+1, after another
+/// stable partition landed: the entry would fold that writer's transition into ours, so it is
+/// refused, and nothing lands.
+#[tokio::test]
+async fn rewrite_entry_built_from_a_later_handle_is_refused_with_the_contract_error() {
+    let (_dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    let read_version = ds.manifest().version;
+    let (ours_transition, ours_destinations) = partition(&ds, &[0, 1], 10).await;
+    let (their_transition, their_destinations) = partition(&ds, &[2, 3], 20).await;
+    let main = lance_commit(
+        &ds,
+        tagged_rewrite(&ds, fragments_of(&ds, &[2, 3]), their_destinations, vec![their_transition]).await,
+    )
+    .await;
+    let late = tagged_rewrite(&main, fragments_of(&ds, &[0, 1]), ours_destinations, vec![ours_transition]).await;
+    let ours = TransactionBuilder::new(read_version, late).build();
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger =
+        Ledger::new("rewrite_entry_built_from_a_later_handle_is_refused_with_the_contract_error", &[], &[]);
+    ledger.record("entry built at the later version", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("built from version"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("built from version"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, main.manifest().version, "nothing landed");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+}
+
+/// The same race with the entry built at the read version, as the contract requires: both land.
+#[tokio::test]
+async fn rewrite_entry_built_at_the_read_version_merges_with_a_disjoint_concurrent_rewrite() {
+    disjoint_partitions_race("rewrite_entry_built_at_the_read_version_merges_with_a_disjoint_concurrent_rewrite").await;
+}
+
+/// Matrix row 6 (fresh session): two disjoint stable partitions race and both land.
+#[tokio::test]
+async fn sp_vs_sp_disjoint_merges_fresh_session() {
+    disjoint_partitions_race("sp_vs_sp_disjoint_merges_fresh_session").await;
+}
+
+/// Upstream's `mixed_rewrite`: fragments 0 and 1 partitioned onto 10 and 11 with their
+/// transition recorded, fragments 2 and 3 moved onto 20 and 21 with none (a bare group).
+async fn mixed_rewrite(ds: &Dataset) -> Operation {
+    let (transition, covered) = partition(ds, &[0, 1], 10).await;
+    let (_, bare) = partition(ds, &[2, 3], 20).await;
+    Operation::Rewrite {
+        groups: vec![
+            RewriteGroup { old_fragments: fragments_of(ds, &[0, 1]), new_fragments: covered },
+            RewriteGroup { old_fragments: fragments_of(ds, &[2, 3]), new_fragments: bare },
+        ],
+        rewritten_indices: vec![],
+        frag_reuse_index: Some(
+            lance::index::frag_reuse::frag_reuse_entry_appending(ds, vec![transition])
+                .await
+                .expect("fragment reuse entry"),
+        ),
+    }
+}
+
+/// Four fragments of four rows, `i_idx` over all of them.
+async fn covered_fixture() -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(4, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    (dir, uri, ds)
+}
+
+/// Two fragments indexed by `i_idx`, then fragments 2 and 3 (8..16) appended: nothing covers them.
+async fn uncovered_fixture() -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let ds = index_i(&ds, "i_idx").await;
+    let ds = append_rows(&append_rows(&ds, 8..12).await, 12..16).await;
+    (dir, uri, reserve(&ds, 40).await)
+}
+
+/// A MemWAL index, which carries no fragment bitmap by design, committed by Lance.
+async fn with_mem_wal(ds: Dataset) -> Dataset {
+    let meta = lance_table::system_index::mem_wal::new_mem_wal_index_meta(ds.manifest().version, Default::default())
+        .expect("MemWAL index metadata");
+    let ds = lance_commit(&ds, Operation::CreateIndex { new_indices: vec![meta], removed_indices: vec![] }).await;
+    let stored = stored_indices(&ds).await;
+    assert!(stored.iter().any(|i| i.name == "__lance_mem_wal" && i.fragment_bitmap.is_none()));
+    ds
+}
+
+/// The mixed rewrite on `ds` is refused whole with the covering index named: nothing lands.
+async fn assert_mixed_rewrite_refused(ledger: &mut Ledger, case: &str, uri: &str, ds: &Dataset) {
+    let before = stored_indices(ds).await;
+    assert_eq!(bitmap_named(&before, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1, 2, 3])));
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(ds).await).build();
+    let (j, landed) = judge_and_commit(uri, ours).await;
+    ledger.record(case, &j, Upstream::NotCompatible);
+    assert!(j.lance.to_string().contains("i_idx"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("i_idx"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(uri).await;
+    assert_eq!(latest.manifest().version, ds.manifest().version, "nothing landed");
+    assert_eq!(live_ids(&latest), vec![0, 1, 2, 3]);
+    assert_eq!(stored_indices(&latest).await, before, "the indices are as they were");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+}
+
+/// The mixed rewrite on `ds` lands: one transition recorded, `i_idx` translates onto the covered
+/// destinations, the bare destinations are scanned.
+async fn assert_mixed_rewrite_lands(ledger: &mut Ledger, case: &str, uri: &str, ds: &Dataset) {
+    let before = stored_indices(ds).await;
+    assert_eq!(bitmap_named(&before, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1])));
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(ds).await).build();
+    let (j, landed) = judge_and_commit(uri, ours).await;
+    ledger.record(case, &j, Upstream::Compatible);
+    landed.expect("lands");
+    let latest = open(uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 1);
+    let stored = stored_indices(&latest).await;
+    assert_eq!(stored.len(), before.len() + 1, "the entry was added");
+    assert_eq!(bitmap_named(&stored, "i_idx"), Some(RoaringBitmap::from_iter([0u32, 1])), "stored provenance");
+    let derived = latest.load_indices().await.expect("indices");
+    assert_eq!(bitmap_named(&derived, "i_idx"), Some(RoaringBitmap::from_iter([10u32, 11])), "derived coverage");
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// A bare group over fragments `i_idx` covers: the whole rewrite is refused.
+#[tokio::test]
+async fn mixed_rewrite_with_a_bare_group_over_covered_fragments_is_refused_whole() {
+    let mut ledger = Ledger::new("mixed_rewrite_with_a_bare_group_over_covered_fragments_is_refused_whole", &[], &[]);
+    let (_dir, uri, ds) = covered_fixture().await;
+    assert_mixed_rewrite_refused(&mut ledger, "bare group covered", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A bare group over fragments no index covers: the rewrite lands.
+#[tokio::test]
+async fn mixed_rewrite_with_a_bare_group_over_uncovered_fragments_lands() {
+    let mut ledger = Ledger::new("mixed_rewrite_with_a_bare_group_over_uncovered_fragments_lands", &[], &[]);
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    assert_mixed_rewrite_lands(&mut ledger, "bare group uncovered", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A MemWAL index has no fragment bitmap: it neither blocks the uncovered bare group nor excuses
+/// the covered one.
+#[tokio::test]
+async fn mixed_rewrite_beside_a_mem_wal_index_follows_the_bare_group_rule() {
+    let mut ledger = Ledger::new("mixed_rewrite_beside_a_mem_wal_index_follows_the_bare_group_rule", &[], &[]);
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ds = with_mem_wal(ds).await;
+    assert_mixed_rewrite_lands(&mut ledger, "uncovered, beside MemWAL", &uri, &ds).await;
+    let (_dir, uri, ds) = covered_fixture().await;
+    let ds = with_mem_wal(ds).await;
+    assert_mixed_rewrite_refused(&mut ledger, "covered, beside MemWAL", &uri, &ds).await;
+    ledger.finish();
+}
+
+/// A second writer's index `late_idx` over `fragments`, committed after `ds`'s version.
+async fn concurrent_index(ds: &Dataset, fragments: Vec<u32>) -> Dataset {
+    let mut writer = ds.clone();
+    writer
+        .create_index_builder(&["i"], IndexType::Scalar, &ScalarIndexParams::default())
+        .name("late_idx".into())
+        .fragments(fragments)
+        .await
+        .expect("late index");
+    assert_eq!(writer.manifest().version, ds.manifest().version + 1);
+    writer
+}
+
+/// The bare group is checked against the indices of the version we land on: an index a
+/// concurrent writer built over its fragments refuses the rewrite.
+#[tokio::test]
+async fn bare_group_covered_by_a_concurrent_index_is_refused_on_retry() {
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(&ds).await).build();
+    let writer = concurrent_index(&ds, vec![2, 3]).await;
+    let stored_b = stored_indices(&writer).await;
+    assert_eq!(bitmap_named(&stored_b, "late_idx"), Some(RoaringBitmap::from_iter([2u32, 3])));
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("bare_group_covered_by_a_concurrent_index_is_refused_on_retry", &[], &[]);
+    ledger.record("late_idx over the bare group", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("late_idx"), "{}", j.lance);
+    assert!(j.resolution.verdict.to_string().contains("late_idx"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, writer.manifest().version, "nothing of ours landed");
+    assert_eq!(live_ids(&latest), vec![0, 1, 2, 3]);
+    assert_eq!(stored_indices(&latest).await, stored_b);
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// The mirror: the concurrent index covers only the recorded group's sources, so the rewrite lands
+/// and that index translates onto the destinations.
+#[tokio::test]
+async fn bare_group_uncovered_by_a_concurrent_index_lands_on_retry() {
+    let (_dir, uri, ds) = uncovered_fixture().await;
+    let ours = TransactionBuilder::new(ds.manifest().version, mixed_rewrite(&ds).await).build();
+    let writer = concurrent_index(&ds, vec![0, 1]).await;
+    let stored_b = stored_indices(&writer).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("bare_group_uncovered_by_a_concurrent_index_lands_on_retry", &[], &[]);
+    ledger.record("late_idx over the recorded group", &j, Upstream::Compatible);
+    ledger.finish();
+    let landed = landed.expect("lands");
+    assert_eq!(landed.manifest().version, writer.manifest().version + 1);
+    let latest = open(&uri).await;
+    assert_eq!(live_ids(&latest), vec![10, 11, 20, 21]);
+    assert_eq!(transition_count(&latest).await, 1);
+    let stored = stored_indices(&latest).await;
+    assert_eq!(stored.len(), stored_b.len() + 1, "the entry was added");
+    for name in ["late_idx", "i_idx"] {
+        assert_eq!(bitmap_named(&stored, name), Some(RoaringBitmap::from_iter([0u32, 1])), "{name}: provenance");
+    }
+    let derived = latest.load_indices().await.expect("indices");
+    assert_eq!(bitmap_named(&derived, "late_idx"), Some(RoaringBitmap::from_iter([10u32, 11])));
+    assert_eq!(sorted_values(&latest).await, (0..16).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
+    assert_eq!(indexed_agrees(&latest, "i = 13").await, vec![13]);
+    assert_eq!(indexed_agrees(&latest, "i >= 6").await.len(), 10);
+}
+
+/// A committed `CreateIndex` that replaces the fragment-reuse entry together with a user index is
+/// a shape no rule covers: a tagged rewrite refuses it (upstream asks the resolver directly).
+#[tokio::test]
+async fn sp_rejects_mixed_fri_create_index() {
+    let (_dir, _uri, ds) = fixture(2, 4).await;
+    let ds = Arc::new(reserve(&ds, 20).await);
+    let (transition, destinations) = partition(&ds, &[0], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0]), destinations, vec![transition]).await,
+    )
+    .build();
+    let meta = |name: &str| IndexMetadata {
+        uuid: uuid::Uuid::new_v4(),
+        name: name.to_string(),
+        fields: vec![],
+        covering_fields: vec![],
+        dataset_version: ds.manifest().version,
+        fragment_bitmap: Some(RoaringBitmap::from_iter([0u32, 1])),
+        index_details: None,
+        index_version: 0,
+        created_at: None,
+        base_id: None,
+        files: None,
+    };
+    let theirs = TransactionBuilder::new(
+        ds.manifest().version,
+        Operation::CreateIndex {
+            new_indices: vec![meta(FRAG_REUSE_INDEX_NAME), meta("u_idx")],
+            removed_indices: vec![meta(FRAG_REUSE_INDEX_NAME)],
+        },
+    )
+    .build();
+    let j = judge_after(&ds, &ours, None, &theirs).await;
+    let mut ledger = Ledger::new("sp_rejects_mixed_fri_create_index", &[], &[]);
+    ledger.record("reuse entry replaced with a user index", &j, Upstream::NotCompatible);
+    ledger.finish();
+}
+
+/// Upstream's `deferred_compaction_options`: only fragments under four rows are candidates, and the
+/// index remap is deferred (the compaction records its movement in the reuse history).
+fn deferred_compaction() -> lance::dataset::optimize::CompactionOptions {
+    lance::dataset::optimize::CompactionOptions {
+        target_rows_per_fragment: 4,
+        defer_index_remap: true,
+        ..Default::default()
+    }
+}
+
+/// A real deferred `compact_files` on the latest version, committed by Lance.
+async fn compact(uri: &str) {
+    let mut compactor = open(uri).await;
+    lance::dataset::optimize::compact_files(&mut compactor, deferred_compaction(), None).await.expect("compaction");
+}
+
+/// Two fragments of four rows (0..8), two two-row fragments appended (100..102, 102..104) and
+/// `i_idx` over all four; with `tagged`, a stable partition of 0 and 1 into 10 and 11 committed.
+/// Only the two-row fragments are candidates of `deferred_compaction`.
+async fn small_fragments_fixture(tagged: bool) -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let ds = append_rows(&append_rows(&ds, 100..102).await, 102..104).await;
+    let mut ds = reserve(&index_i(&ds, "i_idx").await, 40).await;
+    if tagged {
+        let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+        ds = lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await)
+            .await;
+        ds = reserve(&ds, 20).await;
+    }
+    (dir, uri, ds)
+}
+
+fn small_fragment_ids(ds: &Dataset) -> Vec<u64> {
+    ds.manifest().fragments.iter().filter(|f| f.physical_rows.is_some_and(|r| r < 4)).map(|f| f.id).collect()
+}
+
+fn expected_values() -> Vec<i32> {
+    (0..8).chain(100..104).collect()
+}
+
+/// A stable partition read before a concurrent deferred compaction landed: `tagged` on a tagged
+/// table (the compaction appends an ordered-compaction transition), untagged on a v0 table (the
+/// compaction installs a v0 entry, which our rewrite's history lifts). Disjoint, so both land and
+/// the history holds both records.
+async fn sp_over_deferred_compaction(test: &'static str, tagged: bool) {
+    let (_dir, uri, ds) = small_fragments_fixture(tagged).await;
+    let sources: Vec<u64> = live_ids(&ds).into_iter().filter(|id| !small_fragment_ids(&ds).contains(id)).collect();
+    assert_eq!(sources.len(), 2);
+    let (transition, destinations) = partition(&ds, &sources, 50).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &sources), destinations, vec![transition]).await,
+    )
+    .build();
+    compact(&uri).await;
+    let compacted = open(&uri).await;
+    assert!(small_fragment_ids(&compacted).is_empty(), "the compaction consumed the small fragments");
+    let committed_entry = fri_entry(&compacted).await.expect("the compaction recorded its movement");
+    assert_eq!(committed_entry.index_version, i32::from(tagged), "a v0 entry on an untagged table");
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record("disjoint deferred compaction", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    let expected_transitions = if tagged { 3 } else { 2 };
+    assert_eq!(transition_count(&latest).await, expected_transitions, "every record survives");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    assert_eq!(indexed_agrees(&latest, "i = 3").await, vec![3]);
+}
+
+/// Matrix row 2 (same session): upstream's v0 compaction is hand-built with a crate-private
+/// builder; here it is a real deferred `compact_files` on the untagged table.
+#[tokio::test]
+async fn sp_reassembles_over_concurrent_v0_compaction() {
+    sp_over_deferred_compaction("sp_reassembles_over_concurrent_v0_compaction", false).await;
+}
+
+/// Matrix row 2 (fresh session): every handle here is a fresh open, so this is the same port.
+#[tokio::test]
+async fn sp_reassembles_over_concurrent_v0_compaction_fresh_session() {
+    sp_over_deferred_compaction("sp_reassembles_over_concurrent_v0_compaction_fresh_session", false).await;
+}
+
+/// FIX 3a, order 2: a stable partition of 10 and 11 read before a real deferred compaction of the
+/// small fragments landed on the tagged table.
+#[tokio::test]
+async fn sp_rebases_over_real_deferred_compaction_fresh_session() {
+    sp_over_deferred_compaction("sp_rebases_over_real_deferred_compaction_fresh_session", true).await;
+}
+
+/// ITEM 6: the stable partition's sources are exactly the compaction's candidates; the compaction
+/// lands first and the rewrite is refused outright.
+#[tokio::test]
+async fn overlapping_compaction_and_sp_rejected_fresh_session() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let small = small_fragment_ids(&ds);
+    assert_eq!(small.len(), 2);
+    let (transition, destinations) = partition(&ds, &small, 60).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await,
+    )
+    .build();
+    compact(&uri).await;
+    let compacted = open(&uri).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("overlapping_compaction_and_sp_rejected_fresh_session", &[], &[]);
+    ledger.record("compaction of our sources", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, compacted.manifest().version, "nothing of ours landed");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+}
