@@ -354,7 +354,18 @@ impl ActionCommit {
         let base = table_state(&at_read).await?;
         let (inner_handler, seen_head) = self.inner_handler().await?;
         let prepared = Prepared::of(&ours);
-        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner_handler, seen_head, judged: self.judged })
+        Ok(Fixed {
+            ours,
+            prepared,
+            uuid,
+            tag,
+            properties,
+            at_read,
+            base,
+            inner_handler,
+            seen_head,
+            judged: self.judged,
+        })
     }
 
     /// The head as of now. `hint` is a head version listed moments ago (the handler check's, for
