@@ -1732,6 +1732,13 @@ async fn a_progress_bar_with_counts_shows_on_a_terminal_only_and_never_with_json
     );
     assert!(shown.contains("landed 3 commits: feature@v2 -> v"), "{shown:?}");
     assert_eq!(count_where(&uri, "main", "id >= 100").await, 3);
+    // A keyed write split into chunks counts its chunks.
+    let keyed = create_keyed(dir.path());
+    let lines: Vec<String> = (10..8_205).map(|i| format!(r#"{{"id": {i}, "name": "n"}}"#)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let input = jsonl(dir.path(), "many.jsonl", &lines);
+    let shown = on_a_terminal(&format!("keyed upsert {keyed} --input {input}"));
+    assert!(shown.contains("2/2 chunks") && shown.contains("in 2 commits"), "{shown:?}");
     let (code, out, err) = run_code(&["merge", &uri, "--from", "feature", "--into", "main", "--dry-run"]);
     assert_eq!(code, Some(0));
     assert!(err.is_empty() && out.lines().count() == 1, "piped: the result only: {out:?} {err:?}");
