@@ -294,7 +294,7 @@ impl ActionCommit {
     ) -> CommitResult<(Dataset, CommitReport)> {
         let fixed = self.prepare(read_version, ours, uuid, tag, properties).await?;
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
-        let mut state = LoopState::new(read_version, fixed.seen_head);
+        let mut state = LoopState::new(read_version, Some(fixed.seen_head));
         let mut attempts = self.retry.attempts();
         while attempts.next().await.is_some() {
             let started = Instant::now();
@@ -353,6 +353,12 @@ impl ActionCommit {
         };
         let base = table_state(&at_read).await?;
         let (inner_handler, seen_head) = self.inner_handler().await?;
+        // With the caller's handler nothing was listed: list once, so an uncontended first attempt
+        // still reads no manifest.
+        let seen_head = match seen_head {
+            Some(v) => v,
+            None => self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?,
+        };
         let prepared = Prepared::of(&ours);
         Ok(Fixed {
             ours,
@@ -393,8 +399,9 @@ struct Fixed {
     at_read: Arc<Dataset>,
     base: lance_actions::TableState,
     inner_handler: Arc<dyn CommitHandler>,
-    /// The head version the handler check listed (`None` with a caller's handler: not listed).
-    seen_head: Option<u64>,
+    /// The head version listed while preparing (by the handler check, or once for a caller's
+    /// handler): the first attempt's head.
+    seen_head: u64,
     /// The caller judged the actions up to the read version itself
     /// ([`ActionCommit::judged_up_to_read_version`]).
     judged: bool,
