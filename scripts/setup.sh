@@ -34,7 +34,7 @@ if [ "${LANCE_ACTIONS_SKIP_PYTHON_BUILD:-}" != 1 ]; then
   build_log="$(mktemp)"
   started=$(date +%s)
   if ! (cd "$root/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
-        "$venv/bin/maturin" develop --locked >"$build_log" 2>&1); then
+        "$venv/bin/maturin" develop --locked --features test-hooks >"$build_log" 2>&1); then
     tail -n 40 "$build_log"; rm -f "$build_log"
     echo "maturin develop failed"; exit 1
   fi

@@ -14,7 +14,8 @@ df -h . | awk 'NR == 2 { print "disk free before the build: " $4 }'
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+# --no-fail-fast: one failing binary must not hide the results of the others.
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
 rust_status=${PIPESTATUS[0]}
 # The Python package's suite (python/tests), against the extension setup.sh just built.
 pylog="$(mktemp)"

@@ -31,6 +31,8 @@ pub enum BenchCommand {
         /// Commits per writer.
         #[arg(long, default_value_t = 20)]
         ops: i64,
+        /// What each commit does: append rows, delete in disjoint fragments, delete disjoint rows
+        /// of one fragment, or upsert by key.
         #[arg(long, value_enum, default_value = "append")]
         workload: WorkloadArg,
         #[arg(long, help = JSON_HELP)]
