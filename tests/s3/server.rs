@@ -91,7 +91,12 @@ impl S3 {
 
 impl Drop for S3 {
     fn drop(&mut self) {
-        let _ = self.server.kill();
+        // SIGTERM, not SIGKILL: the watchdog shell's trap stops moto on its way out (a killed
+        // shell would leave moto running with no parent).
+        let terminated = Command::new("kill").arg("-TERM").arg(self.server.id().to_string()).status();
+        if !terminated.is_ok_and(|s| s.success()) {
+            let _ = self.server.kill();
+        }
         let _ = self.server.wait();
     }
 }
