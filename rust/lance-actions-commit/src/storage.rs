@@ -106,8 +106,8 @@ mod tests {
         assert_eq!(options_for("s3://unit-b/t1"), None);
         configure("s3://unit-a/", HashMap::from([("k".into(), "replaced".into())])).expect("configure");
         assert_eq!(options_for("s3://unit-a/t2").and_then(|o| o.get("k").cloned()).as_deref(), Some("replaced"));
-        assert!(write_params("s3://unit-a/t2", WriteMode::Append).store_params.is_some());
-        assert!(write_params("/local/t", WriteMode::Append).store_params.is_none());
+        assert!(write_params("s3://unit-a/t2", WriteMode::Create).store_params.is_some());
+        assert!(write_params("/local/t", WriteMode::Create).store_params.is_none());
     }
 
     #[test]
