@@ -120,10 +120,10 @@ fn free_port() -> Result<u16, String> {
 fn wait_until_serving(addr: SocketAddr) -> Result<(), String> {
     let started = Instant::now();
     while started.elapsed() < STARTUP {
-        if let Ok(reply) = http(addr, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n") {
-            if reply.starts_with("HTTP/1.1") {
-                return Ok(());
-            }
+        if let Ok(reply) = http(addr, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            && reply.starts_with("HTTP/1.1")
+        {
+            return Ok(());
         }
         std::thread::sleep(Duration::from_millis(200));
     }

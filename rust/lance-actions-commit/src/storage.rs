@@ -46,7 +46,7 @@ pub fn configure(prefix: &str, options: HashMap<String, String>) -> Result<(), S
         return Err(StorageError::TooManyPrefixes);
     }
     registry.push((prefix.to_string(), options));
-    registry.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+    registry.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
     debug_assert!(registry.windows(2).all(|w| w[0].0.len() >= w[1].0.len()), "longest prefix first");
     Ok(())
 }
