@@ -17,6 +17,7 @@
 //! staged transaction against the same history and must give the upstream answer.
 
 mod index_over_committed_sp;
+mod tagged_mutations;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -36,26 +37,38 @@ use lance_index::frag_reuse::stable_partition::MAPPING_FILE;
 use lance_index::scalar::IndexStore;
 use lance_index::scalar::lance_format::LanceIndexStore;
 use lance_index::{IndexType, scalar::ScalarIndexParams};
-use lance_table::format::pb::fragment_reuse_index_details::{FragmentDigest, StablePartition, Transition, transition};
+use lance_table::format::pb::fragment_reuse_index_details::{
+    FragmentDigest, OrderedCompaction, StablePartition, Transition, transition,
+};
 use lance_table::format::{Fragment, IndexMetadata};
+use lance_table::system_index::frag_reuse::ledger::{FragReuseLedger, Mapping};
 use roaring::RoaringBitmap;
 
 use crate::support::{Ledger, Upstream, judge_after};
 
 /// The columns of a fixture table: `i` (0, 1, 2, ...) alone, or with a constant `text` and a
-/// payload `w` equal to `i` (upstream's `index_over_committed_sp` fixture).
+/// payload `w` equal to `i` (upstream's `index_over_committed_sp` fixture), or with two payloads
+/// `v` and `w` equal to `i` (upstream's `tagged_mutations` fixture).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Shape {
     I,
     ITextW,
+    IVW,
 }
 
 impl Shape {
     fn schema(self) -> Arc<ArrowSchema> {
         let mut fields = vec![Field::new("i", DataType::Int32, false)];
-        if self == Shape::ITextW {
-            fields.push(Field::new("text", DataType::Utf8, false));
-            fields.push(Field::new("w", DataType::Int32, false));
+        match self {
+            Shape::I => {}
+            Shape::ITextW => {
+                fields.push(Field::new("text", DataType::Utf8, false));
+                fields.push(Field::new("w", DataType::Int32, false));
+            }
+            Shape::IVW => {
+                fields.push(Field::new("v", DataType::Int32, false));
+                fields.push(Field::new("w", DataType::Int32, false));
+            }
         }
         Arc::new(ArrowSchema::new(fields))
     }
@@ -64,15 +77,28 @@ impl Shape {
     pub(super) fn batch(self, values: impl IntoIterator<Item = i32>) -> RecordBatch {
         let i: Vec<i32> = values.into_iter().collect();
         let mut columns: Vec<Arc<dyn arrow_array::Array>> = vec![Arc::new(Int32Array::from(i.clone()))];
-        if self == Shape::ITextW {
-            columns.push(Arc::new(arrow_array::StringArray::from(vec!["document"; i.len()])));
-            columns.push(Arc::new(Int32Array::from(i)));
+        match self {
+            Shape::I => {}
+            Shape::ITextW => {
+                columns.push(Arc::new(arrow_array::StringArray::from(vec!["document"; i.len()])));
+                columns.push(Arc::new(Int32Array::from(i)));
+            }
+            Shape::IVW => {
+                columns.push(Arc::new(Int32Array::from(i.clone())));
+                columns.push(Arc::new(Int32Array::from(i)));
+            }
         }
         RecordBatch::try_new(self.schema(), columns).expect("batch")
     }
 
     fn of(ds: &Dataset) -> Self {
-        if ds.schema().field("text").is_some() { Shape::ITextW } else { Shape::I }
+        if ds.schema().field("text").is_some() {
+            Shape::ITextW
+        } else if ds.schema().field("v").is_some() {
+            Shape::IVW
+        } else {
+            Shape::I
+        }
     }
 }
 
@@ -281,6 +307,13 @@ pub(super) async fn stored_indices(ds: &Dataset) -> Vec<IndexMetadata> {
         .expect("stored indices")
 }
 
+/// The fragment ids of the table, sorted.
+fn sorted_ids(ds: &Dataset) -> Vec<u64> {
+    let mut ids = live_ids(ds);
+    ids.sort_unstable();
+    ids
+}
+
 /// The fragment ids of the table, in manifest order.
 pub(super) fn live_ids(ds: &Dataset) -> Vec<u64> {
     ds.manifest().fragments.iter().map(|f| f.id).collect()
@@ -303,9 +336,22 @@ pub(super) async fn make_tagged(ds: &Dataset) -> Dataset {
 /// must equal the driver's verdict. Returns the judgement, and the table ours landed on or the
 /// label the loop refused with ("retry", "fail", or "error" for a commit Lance refused outright).
 pub(super) async fn judge_and_commit(uri: &str, ours: Transaction) -> (Judgement, Result<Dataset, &'static str>) {
+    judge_and_commit_with(uri, ours, None).await
+}
+
+/// `judge_and_commit`, with the rows ours reports as affected (a staged update's).
+pub(super) async fn judge_and_commit_with(
+    uri: &str,
+    ours: Transaction,
+    affected: Option<lance_select::RowAddrTreeMap>,
+) -> (Judgement, Result<Dataset, &'static str>) {
     let latest = Arc::new(open(uri).await);
-    let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
-    let outcome = match latest.action_commit().with_max_attempts(3).execute(ours).await {
+    let j = judge(&latest, &ours, affected.as_ref()).await.unwrap_or_else(|e| panic!("judging: {e}"));
+    let mut commit = latest.action_commit().with_max_attempts(3);
+    if let Some(rows) = affected {
+        commit = commit.with_affected_rows(rows);
+    }
+    let outcome = match commit.execute(ours).await {
         Ok((ds, _)) => Ok(ds),
         Err(CommitError::Retry { .. }) => Err("retry"),
         Err(CommitError::Fail { .. }) => Err("fail"),
@@ -437,15 +483,31 @@ async fn sp_lands_over_concurrent_user_index_and_blocks_v0_trim() {
     // no concurrent pair: not ported.
 }
 
-/// The number of transitions the stored fragment-reuse entry holds (it is inline here).
-async fn transition_count(ds: &Dataset) -> usize {
+/// The stored fragment-reuse history, decoded (it is inline here).
+pub(super) async fn history(ds: &Dataset) -> FragReuseLedger {
     let entry = stored_indices(ds).await.into_iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME).expect("the entry");
     let details = entry.index_details.as_ref().expect("details");
-    lance_table::system_index::frag_reuse::ledger::FragReuseLedger::decode_inline(entry.index_version, details)
+    FragReuseLedger::decode_inline(entry.index_version, details)
         .expect("the history decodes")
         .expect("the history is inline")
-        .transitions()
-        .len()
+}
+
+/// The number of transitions the stored fragment-reuse entry holds.
+async fn transition_count(ds: &Dataset) -> usize {
+    history(ds).await.transitions().len()
+}
+
+/// Upstream's `count_mappings`: (stable-partition, ordered-compaction) transitions in the history.
+async fn mapping_counts(ds: &Dataset) -> (usize, usize) {
+    history(ds).await.transitions().iter().fold((0, 0), |(sp, oc), t| match t.mapping() {
+        Mapping::StablePartition(_) => (sp + 1, oc),
+        Mapping::OrderedCompaction(_) => (sp, oc + 1),
+    })
+}
+
+/// The source fragment ids of each transition, in history order.
+async fn transition_sources(ds: &Dataset) -> Vec<Vec<u64>> {
+    history(ds).await.transitions().iter().map(|t| t.sources().iter().map(|d| d.id).collect()).collect()
 }
 
 /// Sorted `i` values under `predicate`, with or without scalar indices.
@@ -897,4 +959,178 @@ async fn overlapping_compaction_and_sp_rejected_fresh_session() {
     let latest = open(&uri).await;
     assert_eq!(latest.manifest().version, compacted.manifest().version, "nothing of ours landed");
     assert_eq!(sorted_values(&latest).await, expected_values());
+}
+
+/// Upstream's `oc_parts`: what a tagged deferred compaction of `source_ids` carries, its
+/// destination (the sources' rows copied into one staged fragment numbered `dest_id`) and an
+/// ordered-compaction transition whose row addresses are every source row.
+async fn oc_parts(ds: &Dataset, source_ids: &[u64], dest_id: u64) -> (Transition, Vec<Fragment>) {
+    let sources: Vec<Fragment> =
+        source_ids.iter().map(|id| fragments_of(ds, &[*id]).pop().expect("source fragment")).collect();
+    let rows = rows_of(ds, sources.clone()).await;
+    let staged = InsertBuilder::new(Arc::new(ds.clone()))
+        .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
+        .execute_uncommitted(vec![rows])
+        .await
+        .expect("stage the destination");
+    let Operation::Append { mut fragments } = staged.operation else { panic!("an append staged something else") };
+    assert_eq!(fragments.len(), 1);
+    fragments[0].id = dest_id;
+    let mut changed_row_addrs = roaring::RoaringTreemap::new();
+    for fragment in &sources {
+        let rows = fragment.physical_rows.expect("physical rows") as u64;
+        changed_row_addrs.extend((0..rows).map(|offset| (fragment.id << 32) + offset));
+    }
+    let mut serialized = Vec::new();
+    changed_row_addrs.serialize_into(&mut serialized).expect("serialise the row addresses");
+    let digests = |fragments: &[Fragment]| -> Vec<FragmentDigest> {
+        fragments
+            .iter()
+            .map(|f| FragmentDigest {
+                id: f.id,
+                physical_rows: f.physical_rows.expect("physical rows") as u64,
+                num_deleted_rows: 0,
+            })
+            .collect()
+    };
+    let transition = Transition {
+        sources: digests(&sources),
+        destinations: digests(&fragments),
+        mapping: Some(transition::Mapping::OrderedCompaction(OrderedCompaction { changed_row_addrs: serialized })),
+    };
+    (transition, fragments)
+}
+
+/// Upstream's `tagged_fixture` plus four appended rows (100..104) and 20 reserved ids: fragments
+/// 10, 11 and the appended one, which is returned.
+async fn tagged_with_appended() -> (tempfile::TempDir, String, Dataset, u64) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let ds = reserve(&append_rows(&make_tagged(&ds).await, 100..104).await, 20).await;
+    let appended = *live_ids(&ds).last().expect("the appended fragment");
+    (dir, uri, ds, appended)
+}
+
+/// The values of `tagged_with_appended` and of `small_fragments_fixture`.
+fn with_appended_values() -> Vec<i32> {
+    (0..8).chain(100..104).collect()
+}
+
+/// Tagged-compaction row, direction 1: ours is a tagged compaction (ordered-compaction transition)
+/// of the appended fragment, read before a stable partition of 10 and 11 landed. Disjoint: ours
+/// lands and the history holds both partitions and our compaction.
+#[tokio::test]
+async fn tagged_compaction_rebases_over_concurrent_sp() {
+    let (_dir, uri, ds, appended) = tagged_with_appended().await;
+    let (oc, oc_destinations) = oc_parts(&ds, &[appended], 55).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[appended]), oc_destinations, vec![oc]).await,
+    )
+    .build();
+    let (sp, sp_destinations) = partition(&ds, &[10, 11], 50).await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), sp_destinations, vec![sp]).await).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("tagged_compaction_rebases_over_concurrent_sp", &[], &[]);
+    ledger.record("stable partition of other fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(sorted_ids(&latest), vec![50, 51, 55]);
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    assert_eq!(mapping_counts(&latest).await, (2, 1), "both partitions and our compaction");
+    assert!(history(&latest).await.consumer(appended as u32).is_some(), "our compaction consumed the appended rows");
+    assert_eq!(sorted_values(&latest).await, with_appended_values());
+}
+
+/// Tagged-compaction row, direction 2: ours is the stable partition of 10 and 11, read before a
+/// tagged compaction of the appended fragment landed.
+#[tokio::test]
+async fn sp_rebases_over_concurrent_tagged_compaction() {
+    let (_dir, uri, ds, appended) = tagged_with_appended().await;
+    let (sp, sp_destinations) = partition(&ds, &[10, 11], 50).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), sp_destinations, vec![sp]).await,
+    )
+    .build();
+    let (oc, oc_destinations) = oc_parts(&ds, &[appended], 55).await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[appended]), oc_destinations, vec![oc]).await).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("sp_rebases_over_concurrent_tagged_compaction", &[], &[]);
+    ledger.record("tagged compaction of other fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(sorted_ids(&latest), vec![50, 51, 55]);
+    assert_eq!(mapping_counts(&latest).await, (2, 1));
+    let history = history(&latest).await;
+    assert!(history.consumer(10).is_some(), "our partition consumed 10");
+    assert!(history.consumer(appended as u32).is_some(), "their compaction consumed the appended rows");
+    assert_eq!(sorted_values(&latest).await, with_appended_values());
+}
+
+/// FIX 3b, disjoint: ours is a tagged compaction of 10 and 11, read before a real deferred
+/// `compact_files` of the small fragments landed; both land, the history holds both compactions.
+#[tokio::test]
+async fn tagged_compactions_disjoint_both_land_fresh_session() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let (oc, oc_destinations) = oc_parts(&ds, &[10, 11], 55).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), oc_destinations, vec![oc]).await,
+    )
+    .build();
+    compact(&uri).await;
+    assert!(small_fragment_ids(&open(&uri).await).is_empty(), "the compaction consumed the small fragments");
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("tagged_compactions_disjoint_both_land_fresh_session", &[], &[]);
+    ledger.record("real deferred compaction of other fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    assert_eq!(mapping_counts(&latest).await, (1, 2), "the tagging partition and both compactions");
+    assert!(history(&latest).await.consumer(10).is_some());
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    assert_eq!(indexed_agrees(&latest, "i = 3").await, vec![3]);
+}
+
+/// Six fragments: ours partitions 0 and 1 (into 10, 11) from the read version; writer A lands a
+/// partition of 2 and 3 before our first judgement, writer C one of 4 and 5 before our commit.
+/// Each judgement admits ours, and the commit adds our transition once, after A's and C's, without
+/// absorbing theirs into our own additions. Upstream's first-attempt check of the rebased
+/// transaction and its assembled entry (internal `finish_with_tagged_rewrite`) is our commit
+/// loop's per-attempt `reassemble_reuse_entries`; its outcome is the history checked here.
+#[tokio::test]
+async fn sp_retry_reassembles_the_same_intent_without_absorbing_others() {
+    let (_dir, uri, ds) = fixture(6, 4).await;
+    let ds = reserve(&index_i(&ds, "i_idx").await, 60).await;
+    let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await,
+    )
+    .build();
+    let mut ledger = Ledger::new("sp_retry_reassembles_the_same_intent_without_absorbing_others", &[], &[]);
+    for (case, sources, dest_base) in [("after A", [2u64, 3], 20u64), ("after A and C", [4, 5], 30)] {
+        let head = open(&uri).await;
+        let (theirs, their_destinations) = partition(&head, &sources, dest_base).await;
+        lance_commit(&head, tagged_rewrite(&head, fragments_of(&head, &sources), their_destinations, vec![theirs]).await)
+            .await;
+        let latest = Arc::new(open(&uri).await);
+        let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
+        ledger.record(case, &j, Upstream::Compatible);
+    }
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    ledger.record("the real commit", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(transition_sources(&latest).await, vec![vec![2, 3], vec![4, 5], vec![0, 1]]);
+    assert_eq!(sorted_ids(&latest), vec![10, 11, 20, 21, 30, 31]);
+    assert_eq!(sorted_values(&latest).await, (0..24).collect::<Vec<_>>());
+    assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
 }
