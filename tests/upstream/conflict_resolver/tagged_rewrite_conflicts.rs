@@ -1134,3 +1134,301 @@ async fn sp_retry_reassembles_the_same_intent_without_absorbing_others() {
     assert_eq!(sorted_values(&latest).await, (0..24).collect::<Vec<_>>());
     assert_eq!(indexed_agrees(&latest, "i = 5").await, vec![5]);
 }
+
+// Staged deferred compactions. Upstream's compacting writers call `compact_files`, which plans,
+// executes and commits in one call; ours must hand our commit loop the transaction instead, so it
+// is assembled from Lance's public parts exactly as `commit_compaction` assembles it: the plan
+// (`plan_compaction`) and its executed tasks (`CompactionTask::execute` -> `RewriteResult`, whose
+// `row_addrs` are the sources' surviving row addresses), ids reserved by a committed
+// `ReserveFragments`, and the reuse record in the form the read version calls for: on a tagged
+// table an ordered-compaction transition appended by `frag_reuse_entry_appending`, on a v0 table
+// a legacy version appended to the v0 entry (built from the public protobuf types in
+// `lance_table::format::pb`, as Lance's crate-private `build_new_frag_reuse_index` builds it).
+
+/// A deferred compaction of `ds`'s candidates planned and executed at `ds`'s version, its
+/// destinations numbered from ids reserved now (a committed `ReserveFragments`, as
+/// `commit_compaction` reserves them), not committed. Returns the transaction and the version the
+/// reservation committed at.
+async fn staged_compaction(ds: &Dataset) -> (Transaction, u64) {
+    use lance::dataset::optimize::plan_compaction;
+    let plan = plan_compaction(ds, &deferred_compaction()).await.expect("plan the compaction");
+    let mut results = Vec::new();
+    for task in plan.compaction_tasks() {
+        results.push(task.execute(ds).await.expect("execute a compaction task"));
+    }
+    assert!(!results.is_empty(), "the compaction has candidates");
+    let wanted: usize = results.iter().map(|r| r.new_fragments.len()).sum();
+    let reserved = lance_commit(&open(ds.uri()).await, Operation::ReserveFragments { num_fragments: wanted as u32 }).await;
+    let mut next = reserved.manifest().max_fragment_id.expect("reserved ids") as u64 + 1 - wanted as u64;
+    for fragment in results.iter_mut().flat_map(|r| r.new_fragments.iter_mut()) {
+        fragment.id = next;
+        next += 1;
+    }
+    let digests = |fragments: &[Fragment]| -> Vec<FragmentDigest> {
+        fragments
+            .iter()
+            .map(|f| FragmentDigest {
+                id: f.id,
+                physical_rows: f.physical_rows.expect("physical rows") as u64,
+                num_deleted_rows: f.deletion_file.as_ref().and_then(|d| d.num_deleted_rows).unwrap_or(0) as u64,
+            })
+            .collect()
+    };
+    let entry = match fri_entry(ds).await {
+        Some(entry) if entry.index_version == 1 => {
+            let transitions = results
+                .iter()
+                .map(|r| Transition {
+                    sources: digests(&r.original_fragments),
+                    destinations: digests(&r.new_fragments),
+                    mapping: Some(transition::Mapping::OrderedCompaction(OrderedCompaction {
+                        changed_row_addrs: r.row_addrs.clone().expect("a deferred compaction records row addresses"),
+                    })),
+                })
+                .collect();
+            lance::index::frag_reuse::frag_reuse_entry_appending(ds, transitions).await.expect("tagged entry")
+        }
+        previous => v0_entry(previous, &results, reserved.manifest().version, digests),
+    };
+    let groups = results
+        .iter()
+        .map(|r| RewriteGroup { old_fragments: r.original_fragments.clone(), new_fragments: r.new_fragments.clone() })
+        .collect();
+    let op = Operation::Rewrite { groups, rewritten_indices: vec![], frag_reuse_index: Some(entry) };
+    (TransactionBuilder::new(ds.manifest().version, op).build(), reserved.manifest().version)
+}
+
+/// The v0 entry a deferred compaction installs: the previous v0 entry's legacy versions (inline)
+/// plus one stamped `stamp` with a group per task; its bitmap is every version's new fragments.
+fn v0_entry(
+    previous: Option<IndexMetadata>,
+    results: &[lance::dataset::optimize::RewriteResult],
+    stamp: u64,
+    digests: impl Fn(&[Fragment]) -> Vec<FragmentDigest>,
+) -> IndexMetadata {
+    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
+    use lance_table::format::pb::fragment_reuse_index_details::{Content, Group, InlineContent, Version};
+    use prost::Message;
+    let mut content = InlineContent::default();
+    let mut bitmap = RoaringBitmap::new();
+    if let Some(previous) = previous {
+        let details = previous.index_details.as_ref().expect("the v0 entry's details");
+        let decoded = Details::decode(details.value.as_slice()).expect("the v0 entry decodes");
+        let Some(Content::Inline(inline)) = decoded.content else { panic!("the fixture's v0 entry is inline") };
+        content = inline;
+        bitmap = previous.fragment_bitmap.unwrap_or_default();
+    }
+    let groups = results
+        .iter()
+        .map(|r| Group {
+            changed_row_addrs: r.row_addrs.clone().expect("a deferred compaction records row addresses"),
+            old_fragments: digests(&r.original_fragments),
+            new_fragments: digests(&r.new_fragments),
+        })
+        .collect();
+    content.legacy_versions.push(Version { dataset_version: stamp, groups });
+    bitmap.extend(results.iter().flat_map(|r| r.new_fragments.iter().map(|f| f.id as u32)));
+    let details = Details { content: Some(Content::Inline(content)) };
+    IndexMetadata {
+        uuid: uuid::Uuid::new_v4(),
+        name: FRAG_REUSE_INDEX_NAME.to_string(),
+        fields: vec![],
+        covering_fields: vec![],
+        dataset_version: stamp,
+        fragment_bitmap: Some(bitmap),
+        index_details: Some(Arc::new(prost_types::Any {
+            type_url: "/lance.table.FragmentReuseIndexDetails".into(),
+            value: details.encode_to_vec(),
+        })),
+        index_version: 0,
+        created_at: None,
+        base_id: None,
+        files: None,
+    }
+}
+
+/// FIX 3a, order 1: ours is a deferred compaction of the small fragments planned before a stable
+/// partition of 10 and 11 landed; it lands, the history holds all three records.
+#[tokio::test]
+async fn real_deferred_compaction_rebases_over_concurrent_sp_fresh_session() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let (ours, _) = staged_compaction(&ds).await;
+    let (transition, destinations) = partition(&ds, &[10, 11], 50).await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), destinations, vec![transition]).await)
+        .await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("real_deferred_compaction_rebases_over_concurrent_sp_fresh_session", &[], &[]);
+    ledger.record("stable partition of other fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert!(small_fragment_ids(&latest).is_empty(), "the compaction consumed the small fragments");
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    assert_eq!(mapping_counts(&latest).await, (2, 1));
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    assert_eq!(indexed_agrees(&latest, "i = 101").await, vec![101]);
+}
+
+/// FIX 3b, overlapping: two deferred compactions of the same candidates; theirs lands first
+/// (a real `compact_files`), ours is refused outright through the double-consumption rule.
+#[tokio::test]
+async fn tagged_compactions_overlapping_rejected_fresh_session() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let (ours, _) = staged_compaction(&ds).await;
+    compact(&uri).await;
+    let winner = open(&uri).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("tagged_compactions_overlapping_rejected_fresh_session", &[], &[]);
+    ledger.record("compaction of the same candidates", &j, Upstream::NotCompatible);
+    ledger.finish();
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, winner.manifest().version, "nothing of ours landed");
+    assert_eq!(mapping_counts(&latest).await, (1, 1));
+    assert_eq!(sorted_values(&latest).await, expected_values());
+}
+
+/// Three writers from one version: a stable partition of 10 and 11 (committed by Lance), ours a
+/// deferred compaction of the small fragments, then ours a stable partition of a fourth region,
+/// each of ours through our commit loop over everything before it. All land; the history holds
+/// the tagging partition, both partitions and the compaction.
+#[tokio::test]
+async fn sp_compaction_sp_three_way_disjoint_merge() {
+    let (_dir, uri, ds) = small_fragments_fixture(true).await;
+    let ds = reserve(&append_rows(&ds, 200..204).await, 100).await;
+    let extra = *live_ids(&ds).last().expect("the fourth region");
+    let (w3_transition, w3_destinations) = partition(&ds, &[extra], 90).await;
+    let w3 = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[extra]), w3_destinations, vec![w3_transition]).await,
+    )
+    .build();
+    let (compaction, _) = staged_compaction(&ds).await;
+    let (w1_transition, w1_destinations) = partition(&ds, &[10, 11], 80).await;
+    lance_commit(
+        &ds,
+        tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), w1_destinations, vec![w1_transition]).await,
+    )
+    .await;
+
+    let mut ledger = Ledger::new("sp_compaction_sp_three_way_disjoint_merge", &[], &[]);
+    let (j, landed) = judge_and_commit(&uri, compaction).await;
+    ledger.record("writer 2: the compaction over writer 1", &j, Upstream::Compatible);
+    landed.expect("the compaction lands");
+    let (j, landed) = judge_and_commit(&uri, w3).await;
+    ledger.record("writer 3: the partition over writers 1 and 2", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("the partition lands");
+    let latest = open(&uri).await;
+    assert_eq!(mapping_counts(&latest).await, (3, 1));
+    let history = history(&latest).await;
+    for consumed in [10, 2, extra as u32] {
+        assert!(history.consumer(consumed).is_some(), "fragment {consumed} is recorded as consumed");
+    }
+    let expected: Vec<i32> = (0..8).chain(100..104).chain(200..204).collect();
+    assert_eq!(sorted_values(&latest).await, expected);
+}
+
+/// Upstream's `disk_v0_fixture_with_history_and_small_fragments`: a v0 table whose entry holds one
+/// real deferred compaction (of two indexed two-row fragments), then two fresh two-row fragments
+/// (200..202, 202..204) indexed by a replacement of `i_idx`, the compaction candidates.
+async fn v0_fixture() -> (tempfile::TempDir, String, Dataset) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    index_i(&append_rows(&append_rows(&ds, 100..102).await, 102..104).await, "i_idx").await;
+    compact(&uri).await;
+    let ds = open(&uri).await;
+    let entry = fri_entry(&ds).await.expect("the v0 entry");
+    assert_eq!(entry.index_version, 0);
+    let mut ds = append_rows(&append_rows(&ds, 200..202).await, 202..204).await;
+    ds.create_index(&["i"], IndexType::Scalar, Some("i_idx".into()), &ScalarIndexParams::default(), true)
+        .await
+        .expect("replace i_idx");
+    let ds = reserve(&ds, 60).await;
+    assert_eq!(small_fragment_ids(&ds).len(), 2);
+    (dir, uri, ds)
+}
+
+fn v0_values() -> Vec<i32> {
+    (0..8).chain(100..104).chain(200..204).collect()
+}
+
+/// Round 9 (1) and (2): ours is a v0-shaped deferred compaction; a lift of the four-row originals
+/// (0, 1) lands first, tagging the table (`lift` builds it: a stable partition or an
+/// ordered-compaction transition). Ours lands converted: the history holds the lifted legacy
+/// compaction, ours as a transition and the lift; every candidate is recorded as consumed.
+async fn v0_compaction_over_lift(test: &'static str, stable_partition: bool, expected_counts: (usize, usize)) {
+    let (_dir, uri, ds) = v0_fixture().await;
+    let small = small_fragment_ids(&ds);
+    let (ours, _) = staged_compaction(&ds).await;
+    let (transition, destinations) =
+        if stable_partition { partition(&ds, &[0, 1], 30).await } else { oc_parts(&ds, &[0, 1], 40).await };
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await)
+        .await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record("lift of other fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1), "the table is tagged");
+    assert_eq!(transition_count(&latest).await, 3);
+    assert_eq!(mapping_counts(&latest).await, expected_counts);
+    let history = history(&latest).await;
+    for id in small {
+        assert!(history.consumer(id as u32).is_some(), "candidate {id} is recorded as consumed");
+    }
+    assert_eq!(sorted_values(&latest).await, v0_values());
+}
+
+#[tokio::test]
+async fn v0_compaction_converts_over_concurrent_sp_lift() {
+    v0_compaction_over_lift("v0_compaction_converts_over_concurrent_sp_lift", true, (1, 2)).await;
+}
+
+#[tokio::test]
+async fn v0_compaction_converts_over_concurrent_tagged_compaction() {
+    v0_compaction_over_lift("v0_compaction_converts_over_concurrent_tagged_compaction", false, (0, 3)).await;
+}
+
+/// Round 9 (3): the lift consumed ours' own candidates: the legacy retryable conflict.
+#[tokio::test]
+async fn v0_compaction_overlap_with_sp_still_conflicts() {
+    let (_dir, uri, ds) = v0_fixture().await;
+    let small = small_fragment_ids(&ds);
+    let (ours, _) = staged_compaction(&ds).await;
+    let (transition, destinations) = partition(&ds, &small, 30).await;
+    let lifted =
+        lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await)
+            .await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("v0_compaction_overlap_with_sp_still_conflicts", &[], &[]);
+    ledger.record("lift of our candidates", &j, Upstream::Retryable);
+    ledger.finish();
+    assert_eq!(landed.err(), Some("retry"));
+    assert_eq!(open(&uri).await.manifest().version, lifted.manifest().version, "nothing of ours landed");
+}
+
+/// Round 9 (4): two v0 compactions of the same candidates; theirs (a real `compact_files`) lands
+/// first, ours retries, and the entry stays v0 with both legacy records.
+#[tokio::test]
+async fn v0_compaction_race_keeps_legacy_behavior() {
+    let (_dir, uri, ds) = v0_fixture().await;
+    let (ours, _) = staged_compaction(&ds).await;
+    compact(&uri).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("v0_compaction_race_keeps_legacy_behavior", &[], &[]);
+    ledger.record("compaction of the same candidates", &j, Upstream::Retryable);
+    ledger.finish();
+    assert_eq!(landed.err(), Some("retry"));
+    let latest = open(&uri).await;
+    let entry = fri_entry(&latest).await.expect("the entry");
+    assert_eq!(entry.index_version, 0, "still v0");
+    assert_eq!(mapping_counts(&latest).await, (0, 2));
+    assert_eq!(sorted_values(&latest).await, v0_values());
+}
