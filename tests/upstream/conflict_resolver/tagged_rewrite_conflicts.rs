@@ -280,16 +280,22 @@ pub(super) fn bare_rewrite(old: Vec<Fragment>, new: Vec<Fragment>) -> Operation 
 
 /// The whole table's rows copied into one staged fragment numbered `id`.
 async fn compacted_copy(ds: &Dataset, id: u64) -> Vec<Fragment> {
-    let rows = rows_of(ds, ds.manifest().fragments.as_ref().clone()).await;
+    let mut fragments = compacted_copy_of(ds, ds.manifest().fragments.as_ref().clone()).await;
+    for f in fragments.iter_mut() {
+        f.id = id;
+    }
+    fragments
+}
+
+/// The rows of `sources` copied into staged fragments (not yet numbered).
+async fn compacted_copy_of(ds: &Dataset, sources: Vec<Fragment>) -> Vec<Fragment> {
+    let rows = rows_of(ds, sources).await;
     let staged = InsertBuilder::new(Arc::new(ds.clone()))
         .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
         .execute_uncommitted(vec![rows])
         .await
         .expect("stage the copy");
-    let Operation::Append { mut fragments } = staged.operation else { panic!("an append staged something else") };
-    for f in fragments.iter_mut() {
-        f.id = id;
-    }
+    let Operation::Append { fragments } = staged.operation else { panic!("an append staged something else") };
     fragments
 }
 
@@ -1207,15 +1213,15 @@ fn v0_entry(
     digests: impl Fn(&[Fragment]) -> Vec<FragmentDigest>,
 ) -> IndexMetadata {
     use lance_table::format::pb::FragmentReuseIndexDetails as Details;
-    use lance_table::format::pb::fragment_reuse_index_details::{Content, Group, InlineContent, Version};
+    use lance_table::format::pb::fragment_reuse_index_details::{Content, Group, Version};
     use prost::Message;
-    let mut content = InlineContent::default();
+    let mut versions = Vec::new();
     let mut bitmap = RoaringBitmap::new();
     if let Some(previous) = previous {
         let details = previous.index_details.as_ref().expect("the v0 entry's details");
         let decoded = Details::decode(details.value.as_slice()).expect("the v0 entry decodes");
         let Some(Content::Inline(inline)) = decoded.content else { panic!("the fixture's v0 entry is inline") };
-        content = inline;
+        versions = inline.legacy_versions;
         bitmap = previous.fragment_bitmap.unwrap_or_default();
     }
     let groups = results
@@ -1226,9 +1232,24 @@ fn v0_entry(
             new_fragments: digests(&r.new_fragments),
         })
         .collect();
-    content.legacy_versions.push(Version { dataset_version: stamp, groups });
+    versions.push(Version { dataset_version: stamp, groups });
     bitmap.extend(results.iter().flat_map(|r| r.new_fragments.iter().map(|f| f.id as u32)));
-    let details = Details { content: Some(Content::Inline(content)) };
+    v0_entry_of(versions, bitmap, stamp)
+}
+
+/// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
+/// fragments), stamped `stamp`: the public protobuf form of what Lance's crate-private
+/// `build_frag_reuse_index_metadata` builds.
+fn v0_entry_of(
+    versions: Vec<lance_table::format::pb::fragment_reuse_index_details::Version>,
+    bitmap: RoaringBitmap,
+    stamp: u64,
+) -> IndexMetadata {
+    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
+    use lance_table::format::pb::fragment_reuse_index_details::{Content, InlineContent};
+    use prost::Message;
+    let details =
+        Details { content: Some(Content::Inline(InlineContent { legacy_versions: versions, transitions: vec![] })) };
     IndexMetadata {
         uuid: uuid::Uuid::new_v4(),
         name: FRAG_REUSE_INDEX_NAME.to_string(),
@@ -1244,6 +1265,122 @@ fn v0_entry(
         created_at: None,
         base_id: None,
         files: None,
+    }
+}
+
+/// Upstream's `legacy_version`: a v0 version stamped `stamp` whose one group moved the four rows
+/// of fragment `old` into fragment `new`.
+fn legacy_version(stamp: u64, old: u64, new: u64) -> lance_table::format::pb::fragment_reuse_index_details::Version {
+    use lance_table::format::pb::fragment_reuse_index_details::{Group, Version};
+    let mut addrs = roaring::RoaringTreemap::new();
+    addrs.extend((0..4u64).map(|offset| (old << 32) + offset));
+    let mut changed_row_addrs = Vec::new();
+    addrs.serialize_into(&mut changed_row_addrs).expect("serialise the row addresses");
+    let digest = |id: u64| FragmentDigest { id, physical_rows: 4, num_deleted_rows: 0 };
+    Version {
+        dataset_version: stamp,
+        groups: vec![Group { changed_row_addrs, old_fragments: vec![digest(old)], new_fragments: vec![digest(new)] }],
+    }
+}
+
+/// Matrix row 4: a v0 history of two legacy versions (100 -> 110, 200 -> 210, installed by a
+/// committed `CreateIndex` of the entry, as upstream installs it); ours, a stable partition of the
+/// table, was read before writer A trimmed the oldest version (a `CreateIndex` replacing the
+/// entry, as v0 cleanup does). Ours lands on the trimmed history: the trimmed record stays gone.
+#[tokio::test]
+async fn sp_rebases_over_concurrent_fri_trim() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let full = v0_entry_of(
+        vec![legacy_version(1, 100, 110), legacy_version(2, 200, 210)],
+        RoaringBitmap::from_iter([110u32, 210]),
+        ds.manifest().version,
+    );
+    let ds = lance_commit(&ds, Operation::CreateIndex { new_indices: vec![full], removed_indices: vec![] }).await;
+    let ds = reserve(&ds, 20).await;
+    let (transition, destinations) = partition(&ds, &[0, 1], 10).await;
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await,
+    )
+    .build();
+    let old_entry = fri_entry(&ds).await.expect("the v0 entry");
+    let trimmed =
+        v0_entry_of(vec![legacy_version(2, 200, 210)], RoaringBitmap::from_iter([210u32]), ds.manifest().version);
+    lance_commit(&ds, Operation::CreateIndex { new_indices: vec![trimmed], removed_indices: vec![old_entry] }).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("sp_rebases_over_concurrent_fri_trim", &[], &[]);
+    ledger.record("trim of the v0 history", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
+    assert_eq!(transition_count(&latest).await, 2);
+    assert_eq!(mapping_counts(&latest).await, (1, 1));
+    let history = history(&latest).await;
+    assert!(history.consumer(100).is_none(), "the trimmed record stayed gone");
+    assert!(history.consumer(200).is_some(), "the survivor remains");
+    assert!(history.consumer(0).is_some(), "ours is recorded");
+    assert_eq!(sorted_values(&latest).await, (0..8).collect::<Vec<_>>());
+}
+
+/// Upstream's `reuse_fixture` (inline case; the external case pads the history past the inline
+/// limit with a crate-private test helper, not ported): two fragments of four rows and five
+/// reserved ids. Ours is a v0 compaction of fragment 0 built at that version; another writer's v0
+/// compaction of fragment 1 lands first. A v0 entry replaces the whole history, so one built from
+/// the older snapshot cannot land. Upstream commits it through a handle at the head and gets
+/// Lance's assembly error ("plus one version of its own"); asked on our re-expression (the read
+/// version's history as the base), Lance's resolver answers Retry ("a concurrent commit changed
+/// the fragment reuse history"), and so do we. Upstream asserts a refusal: either counts.
+#[tokio::test]
+async fn v0_compaction_built_from_an_older_snapshot_is_refused() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let ds = reserve(&ds, 5).await;
+    let dest = ds.manifest().max_fragment_id.expect("reserved ids") as u64;
+    let ours = TransactionBuilder::new(ds.manifest().version, hand_v0_compaction(&ds, 0, dest - 1).await).build();
+    let theirs = lance_commit(&ds, hand_v0_compaction(&ds, 1, dest).await).await;
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("v0_compaction_built_from_an_older_snapshot_is_refused", &[], &[]);
+    ledger.record("inline history", &j, Upstream::Conflict);
+    ledger.finish();
+    assert!(j.resolution.verdict.to_string().contains("changed the fragment-reuse history"), "{}", j.resolution.verdict);
+    assert!(landed.is_err());
+    let latest = open(&uri).await;
+    assert_eq!(latest.manifest().version, theirs.manifest().version, "nothing of ours landed");
+    let Some(entry) = fri_entry(&latest).await else { panic!("their entry") };
+    assert_eq!(entry.index_version, 0);
+    assert_eq!(transition_sources(&latest).await, vec![vec![1]], "only their version");
+}
+
+/// Upstream's `v0_compaction`: fragment `source`'s rows copied into one staged fragment numbered
+/// `dest`, the rewrite carrying a v0 entry (built at `ds`'s version) whose one version records it.
+async fn hand_v0_compaction(ds: &Dataset, source: u64, dest: u64) -> Operation {
+    let sources = fragments_of(ds, &[source]);
+    let mut copy = compacted_copy_of(ds, sources.clone()).await;
+    copy[0].id = dest;
+    let mut addrs = roaring::RoaringTreemap::new();
+    addrs.extend((0..sources[0].physical_rows.expect("physical rows") as u64).map(|o| (source << 32) + o));
+    let mut changed_row_addrs = Vec::new();
+    addrs.serialize_into(&mut changed_row_addrs).expect("serialise the row addresses");
+    let digest = |f: &Fragment| FragmentDigest {
+        id: f.id,
+        physical_rows: f.physical_rows.expect("physical rows") as u64,
+        num_deleted_rows: 0,
+    };
+    let version = lance_table::format::pb::fragment_reuse_index_details::Version {
+        dataset_version: ds.manifest().version,
+        groups: vec![lance_table::format::pb::fragment_reuse_index_details::Group {
+            changed_row_addrs,
+            old_fragments: sources.iter().map(digest).collect(),
+            new_fragments: copy.iter().map(digest).collect(),
+        }],
+    };
+    let entry = v0_entry_of(vec![version], RoaringBitmap::from_iter([dest as u32]), ds.manifest().version);
+    Operation::Rewrite {
+        groups: vec![RewriteGroup { old_fragments: sources, new_fragments: copy }],
+        rewritten_indices: vec![],
+        frag_reuse_index: Some(entry),
     }
 }
 
