@@ -1678,3 +1678,41 @@ async fn write_manifest_with_entry(ds: &Dataset, entry: IndexMetadata) -> Datase
         .expect("write the manifest");
     open(ds.uri()).await
 }
+
+/// Not an upstream test: the shape the first slice of this port left open. An index staged on a
+/// v0 table before a real deferred compaction of fragments it covers landed. The compaction's
+/// transaction file carries no entry, but the head's v0 entry records its group, so Lance admits
+/// the index (it covers the compacted rows under their old fragments, which the v0 entry
+/// translates) and so do we; it lands and answers as the scan does.
+#[tokio::test]
+async fn index_build_over_a_v0_deferred_compaction_read_from_disk_lands() {
+    let (_dir, uri, ds) = fixture(2, 4).await;
+    let ds = index_i(&append_rows(&append_rows(&ds, 100..102).await, 102..104).await, "i_idx").await;
+    let mut stale = ds.clone();
+    let params = ScalarIndexParams::default();
+    let segment = lance::index::CreateIndexBuilder::new(&mut stale, &["i"], IndexType::Scalar, &params)
+        .name("late_idx".to_string())
+        .execute_uncommitted()
+        .await
+        .expect("stage the index");
+    let ours = TransactionBuilder::new(
+        ds.manifest().version,
+        Operation::CreateIndex { new_indices: vec![segment.clone()], removed_indices: vec![] },
+    )
+    .build();
+    compact(&uri).await;
+    assert_eq!(fri_entry(&open(&uri).await).await.map(|e| e.index_version), Some(0), "a v0 entry");
+
+    let (j, landed) = judge_and_commit(&uri, ours).await;
+    let mut ledger = Ledger::new("index_build_over_a_v0_deferred_compaction_read_from_disk_lands", &[], &[]);
+    ledger.record("v0 compaction of covered fragments", &j, Upstream::Compatible);
+    ledger.finish();
+    landed.expect("lands");
+    let latest = open(&uri).await;
+    let stored = stored_indices(&latest).await;
+    assert_eq!(bitmap_named(&stored, "late_idx"), segment.fragment_bitmap, "its coverage as built");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    for (predicate, expected) in [("i = 101", vec![101]), ("i = 3", vec![3]), ("i >= 102", vec![102, 103])] {
+        assert_eq!(indexed_agrees(&latest, predicate).await, expected);
+    }
+}
