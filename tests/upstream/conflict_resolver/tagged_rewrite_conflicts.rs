@@ -1125,8 +1125,11 @@ async fn sp_retry_reassembles_the_same_intent_without_absorbing_others() {
     for (case, sources, dest_base) in [("after A", [2u64, 3], 20u64), ("after A and C", [4, 5], 30)] {
         let head = open(&uri).await;
         let (theirs, their_destinations) = partition(&head, &sources, dest_base).await;
-        lance_commit(&head, tagged_rewrite(&head, fragments_of(&head, &sources), their_destinations, vec![theirs]).await)
-            .await;
+        lance_commit(
+            &head,
+            tagged_rewrite(&head, fragments_of(&head, &sources), their_destinations, vec![theirs]).await,
+        )
+        .await;
         let latest = Arc::new(open(&uri).await);
         let j = judge(&latest, &ours, None).await.unwrap_or_else(|e| panic!("judging: {e}"));
         ledger.record(case, &j, Upstream::Compatible);
@@ -1165,7 +1168,8 @@ async fn staged_compaction(ds: &Dataset) -> (Transaction, u64) {
     }
     assert!(!results.is_empty(), "the compaction has candidates");
     let wanted: usize = results.iter().map(|r| r.new_fragments.len()).sum();
-    let reserved = lance_commit(&open(ds.uri()).await, Operation::ReserveFragments { num_fragments: wanted as u32 }).await;
+    let reserved =
+        lance_commit(&open(ds.uri()).await, Operation::ReserveFragments { num_fragments: wanted as u32 }).await;
     let mut next = reserved.manifest().max_fragment_id.expect("reserved ids") as u64 + 1 - wanted as u64;
     for fragment in results.iter_mut().flat_map(|r| r.new_fragments.iter_mut()) {
         fragment.id = next;
@@ -1345,7 +1349,11 @@ async fn v0_compaction_built_from_an_older_snapshot_is_refused() {
     let mut ledger = Ledger::new("v0_compaction_built_from_an_older_snapshot_is_refused", &[], &[]);
     ledger.record("inline history", &j, Upstream::Conflict);
     ledger.finish();
-    assert!(j.resolution.verdict.to_string().contains("changed the fragment-reuse history"), "{}", j.resolution.verdict);
+    assert!(
+        j.resolution.verdict.to_string().contains("changed the fragment-reuse history"),
+        "{}",
+        j.resolution.verdict
+    );
     assert!(landed.is_err());
     let latest = open(&uri).await;
     assert_eq!(latest.manifest().version, theirs.manifest().version, "nothing of ours landed");
@@ -1392,8 +1400,7 @@ async fn real_deferred_compaction_rebases_over_concurrent_sp_fresh_session() {
     let (_dir, uri, ds) = small_fragments_fixture(true).await;
     let (ours, _) = staged_compaction(&ds).await;
     let (transition, destinations) = partition(&ds, &[10, 11], 50).await;
-    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), destinations, vec![transition]).await)
-        .await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), destinations, vec![transition]).await).await;
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
     let mut ledger = Ledger::new("real_deferred_compaction_rebases_over_concurrent_sp_fresh_session", &[], &[]);
@@ -1446,11 +1453,8 @@ async fn sp_compaction_sp_three_way_disjoint_merge() {
     .build();
     let (compaction, _) = staged_compaction(&ds).await;
     let (w1_transition, w1_destinations) = partition(&ds, &[10, 11], 80).await;
-    lance_commit(
-        &ds,
-        tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), w1_destinations, vec![w1_transition]).await,
-    )
-    .await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), w1_destinations, vec![w1_transition]).await)
+        .await;
 
     let mut ledger = Ledger::new("sp_compaction_sp_three_way_disjoint_merge", &[], &[]);
     let (j, landed) = judge_and_commit(&uri, compaction).await;
@@ -1503,8 +1507,7 @@ async fn v0_compaction_over_lift(test: &'static str, stable_partition: bool, exp
     let (ours, _) = staged_compaction(&ds).await;
     let (transition, destinations) =
         if stable_partition { partition(&ds, &[0, 1], 30).await } else { oc_parts(&ds, &[0, 1], 40).await };
-    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await)
-        .await;
+    lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![transition]).await).await;
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
     let mut ledger = Ledger::new(test, &[], &[]);
@@ -1540,8 +1543,7 @@ async fn v0_compaction_overlap_with_sp_still_conflicts() {
     let (ours, _) = staged_compaction(&ds).await;
     let (transition, destinations) = partition(&ds, &small, 30).await;
     let lifted =
-        lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await)
-            .await;
+        lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await).await;
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
     let mut ledger = Ledger::new("v0_compaction_overlap_with_sp_still_conflicts", &[], &[]);
@@ -1598,17 +1600,20 @@ async fn sp_merges_onto_swapped_transition_with_equal_count() {
     let (_dir, uri, ds) = fixture(2, 4).await;
     let ds = reserve(&ds, 40).await;
     let (x, destinations) = partition(&ds, &[0, 1], 10).await;
-    let read = lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![x.clone()]).await)
-        .await;
+    let read =
+        lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[0, 1]), destinations, vec![x.clone()]).await).await;
     let mut y = x;
     let Some(transition::Mapping::StablePartition(mapping)) = &mut y.mapping else { panic!("a stable partition") };
     mapping.map_id = uuid::Uuid::new_v4().to_string();
     let old_entry = fri_entry(&read).await.expect("the tagged entry");
     let mut swapped = old_entry.clone();
     swapped.uuid = uuid::Uuid::new_v4();
-    let details = Details { content: Some(Content::Inline(InlineContent { legacy_versions: vec![], transitions: vec![y] })) };
-    swapped.index_details =
-        Some(Arc::new(prost_types::Any { type_url: "/lance.table.FragmentReuseIndexDetails".into(), value: details.encode_to_vec() }));
+    let details =
+        Details { content: Some(Content::Inline(InlineContent { legacy_versions: vec![], transitions: vec![y] })) };
+    swapped.index_details = Some(Arc::new(prost_types::Any {
+        type_url: "/lance.table.FragmentReuseIndexDetails".into(),
+        value: details.encode_to_vec(),
+    }));
     let (b, b_destinations) = partition(&read, &[10, 11], 30).await;
     let b_map_id = match b.mapping.as_ref() {
         Some(transition::Mapping::StablePartition(p)) => p.map_id.clone(),

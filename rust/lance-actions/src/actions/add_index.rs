@@ -110,10 +110,7 @@ impl AddIndex {
         }
         let Some(entry) = cx.head.and_then(|h| reuse_history::entry(&h.indices)) else { return false };
         !rw.groups.is_empty()
-            && rw
-                .groups
-                .iter()
-                .all(|g| reuse_history::v0_records_group(entry, g.old_fragments.iter().map(|f| f.id)))
+            && rw.groups.iter().all(|g| reuse_history::v0_records_group(entry, g.old_fragments.iter().map(|f| f.id)))
     }
 
     /// Stop claiming `fragments`. On a tagged table a fragment the history produced is covered

@@ -134,7 +134,11 @@ async fn assert_segment_and_history_untouched(ds: &Dataset, before: &[IndexMetad
         assert_eq!(now, then, "{name} is untouched");
     }
     let derived = ds.load_indices().await.expect("indices");
-    assert_eq!(bitmap_named(&derived, "i_idx"), Some(RoaringBitmap::from_iter(live.iter().copied())), "i_idx translates");
+    assert_eq!(
+        bitmap_named(&derived, "i_idx"),
+        Some(RoaringBitmap::from_iter(live.iter().copied())),
+        "i_idx translates"
+    );
 }
 
 fn record(test: &'static str, case: &str, j: &Judgement, expected: Upstream) {
@@ -153,10 +157,19 @@ async fn user_index_built_before_a_stable_partition_lands_translating() {
     make_tagged(&ds).await;
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
-    record("user_index_built_before_a_stable_partition_lands_translating", "v_idx over both sources", &j, Upstream::Compatible);
+    record(
+        "user_index_built_before_a_stable_partition_lands_translating",
+        "v_idx over both sources",
+        &j,
+        Upstream::Compatible,
+    );
     landed.expect("lands");
     let latest = open(&uri).await;
-    assert_eq!(bitmap_named(&stored_indices(&latest).await, "v_idx"), Some(RoaringBitmap::from_iter([0u32, 1])), "the provenance is kept");
+    assert_eq!(
+        bitmap_named(&stored_indices(&latest).await, "v_idx"),
+        Some(RoaringBitmap::from_iter([0u32, 1])),
+        "the provenance is kept"
+    );
     let derived = latest.load_indices().await.expect("indices");
     assert_eq!(bitmap_named(&derived, "v_idx"), Some(RoaringBitmap::from_iter([10u32, 11])), "and translates");
     assert_eq!(index_agrees_with_scan(&latest, "v = 3").await, vec![(3, 3)]);
