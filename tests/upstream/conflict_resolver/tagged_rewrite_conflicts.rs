@@ -54,7 +54,7 @@ use crate::support::{Ledger, Upstream, judge_after};
 pub(super) enum Shape {
     I,
     ITextW,
-    IVW,
+    Ivw,
 }
 
 impl Shape {
@@ -66,7 +66,7 @@ impl Shape {
                 fields.push(Field::new("text", DataType::Utf8, false));
                 fields.push(Field::new("w", DataType::Int32, false));
             }
-            Shape::IVW => {
+            Shape::Ivw => {
                 fields.push(Field::new("v", DataType::Int32, false));
                 fields.push(Field::new("w", DataType::Int32, false));
             }
@@ -84,7 +84,7 @@ impl Shape {
                 columns.push(Arc::new(arrow_array::StringArray::from(vec!["document"; i.len()])));
                 columns.push(Arc::new(Int32Array::from(i)));
             }
-            Shape::IVW => {
+            Shape::Ivw => {
                 columns.push(Arc::new(Int32Array::from(i.clone())));
                 columns.push(Arc::new(Int32Array::from(i)));
             }
@@ -96,7 +96,7 @@ impl Shape {
         if ds.schema().field("text").is_some() {
             Shape::ITextW
         } else if ds.schema().field("v").is_some() {
-            Shape::IVW
+            Shape::Ivw
         } else {
             Shape::I
         }
@@ -1170,10 +1170,9 @@ async fn staged_compaction(ds: &Dataset) -> (Transaction, u64) {
     let wanted: usize = results.iter().map(|r| r.new_fragments.len()).sum();
     let reserved =
         lance_commit(&open(ds.uri()).await, Operation::ReserveFragments { num_fragments: wanted as u32 }).await;
-    let mut next = reserved.manifest().max_fragment_id.expect("reserved ids") as u64 + 1 - wanted as u64;
-    for fragment in results.iter_mut().flat_map(|r| r.new_fragments.iter_mut()) {
-        fragment.id = next;
-        next += 1;
+    let first = reserved.manifest().max_fragment_id.expect("reserved ids") as u64 + 1 - wanted as u64;
+    for (id, fragment) in (first..).zip(results.iter_mut().flat_map(|r| r.new_fragments.iter_mut())) {
+        fragment.id = id;
     }
     let digests = |fragments: &[Fragment]| -> Vec<FragmentDigest> {
         fragments

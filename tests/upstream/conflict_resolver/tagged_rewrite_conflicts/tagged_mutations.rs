@@ -20,7 +20,7 @@ const BEFORE_TAGGING: u64 = 2;
 
 /// Upstream's `indexed_two_column_fixture`, not yet tagged.
 async fn indexed_table() -> (tempfile::TempDir, String, Dataset) {
-    let (dir, uri, ds) = fixture_of(Shape::IVW, 2, 4).await;
+    let (dir, uri, ds) = fixture_of(Shape::Ivw, 2, 4).await;
     let ds = index_i(&ds, "i_idx").await;
     assert_eq!(ds.manifest().version, BEFORE_TAGGING);
     (dir, uri, ds)
@@ -151,7 +151,7 @@ fn record(test: &'static str, case: &str, j: &Judgement, expected: Upstream) {
 /// tagging rewrite with its provenance and translates.
 #[tokio::test]
 async fn user_index_built_before_a_stable_partition_lands_translating() {
-    let (_dir, uri, ds) = fixture_of(Shape::IVW, 2, 4).await;
+    let (_dir, uri, ds) = fixture_of(Shape::Ivw, 2, 4).await;
     let (ours, segment) = stage_index(&ds, "v", "v_idx", None).await;
     assert_eq!(segment.fragment_bitmap, Some(RoaringBitmap::from_iter([0u32, 1])));
     make_tagged(&ds).await;
