@@ -655,7 +655,10 @@ fn history_line(report: &CommitReport, current: &AttemptReport) -> String {
 /// its own transitions), which Lance takes only when it was built at the version the commit reads.
 /// Our attempt reads the head, so an entry built at an older read version is rebuilt there: the
 /// head's history, other writers' transitions included, plus exactly the transitions ours added to
-/// the history at its read version (`base`).
+/// the history at its read version (`base`). A v0 entry (a compaction shaped for an untagged table)
+/// whose head became tagged meanwhile is converted the same way: each legacy version ours added
+/// becomes ordered-compaction transitions, one per group, the form Lance's own retry converts it to
+/// (a legacy group and an ordered-compaction transition carry the same digests and row addresses).
 async fn reassemble_reuse_entries(
     latest: &Arc<Dataset>,
     base: &lance_actions::TableState,
@@ -667,26 +670,94 @@ async fn reassemble_reuse_entries(
     let refuse = |detail: &str| {
         lance_err("rebuilding the fragment-reuse history at the head")(lance::Error::not_supported(detail.to_string()))
     };
+    let read_entry = base.indices.iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME);
+    let mut head_is_tagged = None;
     for action in txn.actions.iter_mut() {
         let AnyAction::RewriteFragments(rw) = action else { continue };
-        let Some(entry) = rw.frag_reuse_index.as_ref().filter(|e| is_tagged(e) && e.dataset_version != head) else {
-            continue;
+        let Some(entry) = rw.frag_reuse_index.as_ref() else { continue };
+        let added = if is_tagged(entry) {
+            if entry.dataset_version == head {
+                continue;
+            }
+            let ours = inline_transitions(entry)
+                .ok_or_else(|| refuse("the rewrite's own fragment-reuse entry does not hold its history inline"))?;
+            let known = match read_entry {
+                None => Vec::new(),
+                Some(read) => inline_transitions(read).ok_or_else(|| {
+                    refuse("the fragment-reuse history at the rewrite's read version is stored in its own file")
+                })?,
+            };
+            ours.into_iter().filter(|t| !known.contains(t)).collect()
+        } else {
+            if head_is_tagged.is_none() {
+                head_is_tagged = Some(uses_tagged_history(latest).await?);
+            }
+            if head_is_tagged != Some(true) {
+                continue;
+            }
+            let ours = inline_legacy_versions(entry)
+                .ok_or_else(|| refuse("the rewrite's own v0 fragment-reuse entry does not hold its history inline"))?;
+            let known = match read_entry {
+                None => Vec::new(),
+                Some(read) => inline_legacy_versions(read).ok_or_else(|| {
+                    refuse("the v0 fragment-reuse history at the rewrite's read version is stored in its own file")
+                })?,
+            };
+            let added: Vec<_> = ours.into_iter().filter(|v| !known.contains(v)).collect();
+            if added.is_empty() {
+                return Err(refuse("the rewrite's v0 fragment-reuse entry adds no reuse version"));
+            }
+            added.iter().flat_map(legacy_version_transitions).collect()
         };
-        let ours = inline_transitions(entry)
-            .ok_or_else(|| refuse("the rewrite's own fragment-reuse entry does not hold its history inline"))?;
-        let known = match base.indices.iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME) {
-            None => Vec::new(),
-            Some(read) => inline_transitions(read).ok_or_else(|| {
-                refuse("the fragment-reuse history at the rewrite's read version is stored in its own file")
-            })?,
-        };
-        let added: Vec<_> = ours.into_iter().filter(|t| !known.contains(t)).collect();
         let rebuilt = lance::index::frag_reuse::frag_reuse_entry_appending(latest, added)
             .await
             .map_err(lance_err("rebuilding the fragment-reuse history at the head"))?;
         rw.frag_reuse_index = Some(rebuilt);
     }
     Ok(())
+}
+
+/// Does the head record its fragment-reuse history in the tagged form (the sticky manifest flag,
+/// or a tagged entry)? Then a v0 entry can no longer be installed there.
+async fn uses_tagged_history(latest: &Arc<Dataset>) -> CommitResult<bool> {
+    use lance::index::DatasetIndexExt;
+    use lance_table::system_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
+    use lance_table::system_index::frag_reuse::metadata::uses_tagged_fri;
+    let indices = latest.load_indices().await.map_err(lance_err("loading the head's indices"))?;
+    Ok(uses_tagged_fri(latest.manifest(), indices.iter().find(|i| i.name == FRAG_REUSE_INDEX_NAME)))
+}
+
+/// The legacy (v0) versions a fragment-reuse entry holds inline; `None` for a history in its own
+/// file or details that do not decode.
+fn inline_legacy_versions(
+    entry: &lance_table::format::IndexMetadata,
+) -> Option<Vec<lance_table::format::pb::fragment_reuse_index_details::Version>> {
+    use lance_table::format::pb::FragmentReuseIndexDetails;
+    use lance_table::format::pb::fragment_reuse_index_details::Content;
+    use prost::Message;
+    let details = entry.index_details.as_ref()?;
+    match FragmentReuseIndexDetails::decode(details.value.as_slice()).ok()?.content? {
+        Content::Inline(content) => Some(content.legacy_versions),
+        Content::External(_) => None,
+    }
+}
+
+/// A legacy version's groups as ordered-compaction transitions (same digests, same row addresses).
+fn legacy_version_transitions(
+    version: &lance_table::format::pb::fragment_reuse_index_details::Version,
+) -> Vec<lance_table::format::pb::fragment_reuse_index_details::Transition> {
+    use lance_table::format::pb::fragment_reuse_index_details::{OrderedCompaction, Transition, transition};
+    version
+        .groups
+        .iter()
+        .map(|group| Transition {
+            sources: group.old_fragments.clone(),
+            destinations: group.new_fragments.clone(),
+            mapping: Some(transition::Mapping::OrderedCompaction(OrderedCompaction {
+                changed_row_addrs: group.changed_row_addrs.clone(),
+            })),
+        })
+        .collect()
 }
 
 /// The transitions a fragment-reuse entry holds inline; `None` for a history in its own file or

@@ -8,6 +8,7 @@ use super::life_prelude::*;
 use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
+use lance_table::system_index::frag_reuse::metadata::is_tagged;
 
 /// Lance's MemWAL system index; its details carry the shard generations.
 pub(crate) const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
@@ -77,20 +78,39 @@ impl AddIndex {
     /// covered groups included (the reader scans those rows). An NGram index cannot serve retired
     /// coverage and is rebuilt; off the lineage (untagged table, bare rewrite) the eager rule
     /// holds: the rows we indexed moved, so Retry.
+    ///
+    /// On an untagged table the remap was deferred when the rewrite carries a v0 entry (only in the
+    /// process that committed it: a transaction file never holds it) or when the head's v0 entry
+    /// records every one of its groups; then the index lands too, covering the compacted rows
+    /// under their old fragments, which the v0 entry translates.
     fn rebase_vs_rewrite(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>, rw: &RewriteFragments) -> Verdict {
         const K: ActionKind = ActionKind::AddIndex;
         let history = cx.head.and_then(|h| reuse_history::tagged_entry(&h.indices));
+        let v0_deferred = history.is_none() && self.v0_deferred(cx, rw);
         for group in &rw.groups {
             let Some(covered) = group.old_fragments.iter().map(|f| f.id).find(|id| self.covers(*id)) else {
                 continue;
             };
-            let recorded = self.index.fragment_bitmap.is_some()
-                && history.is_some_and(|e| reuse_history::records(e, group.old_fragments.iter().map(|f| f.id)));
+            let recorded = v0_deferred
+                || self.index.fragment_bitmap.is_some()
+                    && history.is_some_and(|e| reuse_history::records(e, group.old_fragments.iter().map(|f| f.id)));
             if !recorded || self.is_ngram() {
                 return peer.retry(K, Rule::FragmentGone, format!("fragment {covered} we index was rewritten"));
             }
         }
         Verdict::Ok
+    }
+
+    /// Did the committed rewrite `rw` defer its remap on an untagged table (Lance's
+    /// `UntaggedReuse::records`)? It carries a v0 entry, or the head's v0 entry records each of
+    /// its groups by its exact source fragments.
+    fn v0_deferred(&self, cx: &RebaseCx<'_>, rw: &RewriteFragments) -> bool {
+        if rw.frag_reuse_index.as_ref().is_some_and(|e| !is_tagged(e)) {
+            return true;
+        }
+        let Some(entry) = cx.head.and_then(|h| reuse_history::entry(&h.indices)) else { return false };
+        !rw.groups.is_empty()
+            && rw.groups.iter().all(|g| reuse_history::v0_records_group(entry, g.old_fragments.iter().map(|f| f.id)))
     }
 
     /// Stop claiming `fragments`. On a tagged table a fragment the history produced is covered

@@ -42,6 +42,24 @@ pub(crate) fn records(entry: &IndexMetadata, mut sources: impl Iterator<Item = u
     }
 }
 
+/// Does the v0 (untagged) `entry` record a compaction group of exactly `sources`? A v0 entry's
+/// versions hold one record per group, each naming its source fragments; one stored in its own
+/// file is unknown here, so it records nothing.
+pub(crate) fn v0_records_group(entry: &IndexMetadata, sources: impl Iterator<Item = u64>) -> bool {
+    if is_tagged(entry) {
+        return false;
+    }
+    let mut wanted: Vec<u64> = sources.collect();
+    wanted.sort_unstable();
+    ledger(entry).is_some_and(|l| {
+        l.transitions().iter().any(|t| {
+            let mut ids: Vec<u64> = t.sources().iter().map(|d| d.id).collect();
+            ids.sort_unstable();
+            ids == wanted
+        })
+    })
+}
+
 /// The fragment ids of transitions in `ours` that `base` does not hold: what a rewrite's complete
 /// entry (built at its read version, whose entry is `base`) adds. Transitions are told apart by
 /// their fingerprints. A `base` history that cannot be read inline counts as empty, so the whole

@@ -78,6 +78,33 @@ impl RewriteFragments {
     /// plain rewrite would be; checked against the indices of the version we land on, so an index a
     /// concurrent writer built over a bare group refuses us. The whole rewrite is refused, never a
     /// part of it.
+    /// A v0 entry (a compaction on an untagged table) replaces the whole history with the read
+    /// version's plus one version of its own, so it cannot land on a history another commit
+    /// changed meanwhile: the head's entry is not the one we read (by uuid, as Lance compares them;
+    /// a committed rewrite's transaction file never carries its entry, so the head is what tells).
+    /// Retry, to rebuild the entry at the head. A head that became tagged is no such case: the
+    /// commit loop converts our version into transitions there.
+    fn v0_history_replaced(&self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Option<Verdict> {
+        self.frag_reuse_index.as_ref().filter(|e| !is_tagged(e))?;
+        let head = reuse_history::entry(&cx.head?.indices);
+        if head.is_some_and(is_tagged) {
+            return None;
+        }
+        let read = reuse_history::entry(&cx.base.indices);
+        if head.map(|e| e.uuid) == read.map(|e| e.uuid) {
+            return None;
+        }
+        let describe = |e: Option<&IndexMetadata>| e.map_or("no entry".to_string(), |e| format!("entry {}", e.uuid));
+        let detail = format!(
+            "our v0 fragment-reuse entry was built from {} at version {}, but the head has {}: a concurrent commit \
+             changed the fragment-reuse history",
+            describe(read),
+            cx.base.version,
+            describe(head)
+        );
+        Some(peers.first()?.retry(ActionKind::RewriteFragments, Rule::IndexClash, detail))
+    }
+
     fn bare_groups_are_unindexed(&self, state: &TableState) -> Result<(), Reason> {
         let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
             return Ok(());
@@ -243,6 +270,9 @@ impl Action for RewriteFragments {
                     entry.dataset_version, cx.base.version
                 ),
             ));
+        }
+        if let Some(verdict) = self.v0_history_replaced(cx, peers) {
+            return verdict;
         }
         let transition_fragments = self.transition_fragments(cx.base);
         fold_verdicts(peers, |p| self.rebase_one(p, &transition_fragments))
