@@ -16,8 +16,9 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export LANCE_ACTIONS_PYTHON="$PWD/python/.venv/bin/python"
 # A full disk fails a build with a misleading compiler error: say how much room there is up front.
 df -h . | awk 'NR == 2 { print "disk free before the build: " $4 }'
-target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
-junit="$target_dir/nextest/default/junit.xml"
+# nextest keeps its reports under the workspace's target/nextest (.config/nextest.toml `[store]`),
+# wherever CARGO_TARGET_DIR puts the build.
+junit="$PWD/target/nextest/default/junit.xml"
 log="$(mktemp)"
 pylog="$(mktemp)"
 doclog="$(mktemp)"
