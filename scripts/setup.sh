@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the build needs when it is missing: protoc (Lance's build compiles protobufs), and a
+# Installs what the build needs when it is missing: protoc (Lance's build compiles protobufs),
+# cargo-nextest (the test runner), and a
 # private virtualenv (python/.venv) with pylance 14.0.2, maturin, pytest, moto's S3 server, ray[data] and lance-ray; then builds and installs
 # the `lance_actions` Python package into it (dev profile, sharing the workspace's target dir).
 set -euo pipefail
@@ -10,6 +11,12 @@ if ! command -v protoc >/dev/null 2>&1; then
   $SUDO apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo is required (https://rustup.rs)"; exit 1; }
+# scripts/test.sh runs the Rust tests with cargo-nextest (each test in its own process, binaries side
+# by side): installed on this machine kind; built from crates.io only where it is missing.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "cargo-nextest is missing: installing it (cargo install --locked cargo-nextest)..."
+  cargo install --locked cargo-nextest
+fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/python/.venv"
 if ! "$venv/bin/python" -c "import lance; assert lance.__version__ == '14.0.2'" >/dev/null 2>&1; then

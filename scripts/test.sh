@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (against Lance's own resolver), commit-loop
 # concurrency and fault, CLI and pylance-interop tests, then the Python package's pytest suite. Ends with
-# one line totalling every test binary and pytest.
+# each test binary's time and one line totalling every test binary, the doctests and pytest.
+#
+# The Rust tests run under cargo-nextest (.config/nextest.toml): every test in a process of its own,
+# the tests of all binaries side by side; pytest runs beside them. Most of the suite waits on fsync,
+# writer processes or moto rather than on a core, so on 2 cores this takes a fraction of running
+# binary after binary. Doctests, which nextest does not run, run after with `cargo test --doc`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Incremental caches only speed up edit-rebuild loops; a one-shot run would pay gigabytes of disk for them.
@@ -11,24 +16,47 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export LANCE_ACTIONS_PYTHON="$PWD/python/.venv/bin/python"
 # A full disk fails a build with a misleading compiler error: say how much room there is up front.
 df -h . | awk 'NR == 2 { print "disk free before the build: " $4 }'
+# nextest keeps its reports under the workspace's target/nextest (.config/nextest.toml `[store]`),
+# wherever CARGO_TARGET_DIR puts the build.
+junit="$PWD/target/nextest/default/junit.xml"
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-set +e
-# --no-fail-fast: one failing binary must not hide the results of the others.
-cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
-rust_status=${PIPESTATUS[0]}
-# The Python package's suite (python/tests), against the extension setup.sh just built.
 pylog="$(mktemp)"
-trap 'rm -f "$log" "$pylog"' EXIT
-(cd python && "$LANCE_ACTIONS_PYTHON" -m pytest -p no:cacheprovider tests) 2>&1 | tee "$pylog"
-py_status=${PIPESTATUS[0]}
+doclog="$(mktemp)"
+trap 'rm -f "$log" "$pylog" "$doclog"' EXIT
+# Build every test binary first, so that pytest (started next) does not compete with the compiler.
+cargo nextest run --workspace --locked --no-run "$@"
+set +e
+started=$(date +%s)
+# The Python package's suite (python/tests), against the extension setup.sh just built, beside the
+# Rust tests; its output is printed after theirs.
+(cd python && "$LANCE_ACTIONS_PYTHON" -m pytest -p no:cacheprovider tests) >"$pylog" 2>&1 &
+pytest_pid=$!
+rm -f "$junit"
+# --no-fail-fast: one failing test must not hide the results of the others.
+cargo nextest run --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log"
+rust_status=${PIPESTATUS[0]}
+wait "$pytest_pid"
+py_status=$?
+cat "$pylog"
+echo "Rust tests and pytest, side by side: $(( $(date +%s) - started )) s"
+cargo test --doc --workspace --locked 2>&1 | tee "$doclog"
+doc_status=${PIPESTATUS[0]}
 set -e
 # pytest's closing line: "== 38 passed, 1 failed, 2 errors in 41.2s ==" (errors count as failures).
 read -r py_passed py_failed < <(awk '/^=+ .* in [0-9.]+s/ { p = 0; f = 0
     for (i = 2; i <= NF; i++) { if ($i ~ /^passed/) p = $(i-1); if ($i ~ /^(failed|errors?)/) f += $(i-1) } }
   END { printf "%d %d\n", p, f }' "$pylog")
-awk -v pp="$py_passed" -v pf="$py_failed" \
-  '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "tests: %d passed, %d failed\n", p + pp, f + pf }' "$log"
+# libtest's "test result: ok. 3 passed; 0 failed; ..." lines of the doctests.
+read -r doc_passed doc_failed < <(awk '/^test result:/ { for (i = 1; i < NF; i++) {
+    if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { printf "%d %d\n", p, f }' "$doclog")
+# nextest's JUnit report: each binary's tests, failures and summed test time, then the totals.
+if [ -f "$junit" ]; then
+  read -r rust_passed rust_failed < <("$LANCE_ACTIONS_PYTHON" scripts/junit_summary.py "$junit")
+else
+  echo "nextest wrote no JUnit report at $junit"
+  rust_passed=0 rust_failed=1
+fi
+echo "tests: $(( rust_passed + doc_passed + py_passed )) passed, $(( rust_failed + doc_failed + py_failed )) failed"
+if [ "$rust_passed" = 0 ]; then echo "nextest ran no test"; exit 1; fi
 if [ "$py_status" = 5 ]; then echo "pytest collected no tests: python/tests must not be empty"; exit 1; fi
-[ "$rust_status" = 0 ] && [ "$py_status" = 0 ]
+[ "$rust_status" = 0 ] && [ "$doc_status" = 0 ] && [ "$py_status" = 0 ]

@@ -3,15 +3,24 @@
 //! rows, and keyed upserts. A full scan must equal the model built from the commits that landed,
 //! every version must decode, and every Retry/Fail must blame a path its peer really wrote.
 //! Seeded (`LA_SEED`, default 7); `LA_COMMITS` sets commits per writer (50).
+//!
+//! Writer 0 also runs Lance's own compaction (a foreign writer, committed by Lance) after every
+//! tenth commit of its own, racing the others' deletes and upserts. Besides that coverage it keeps
+//! the run's cost linear: every delete and upsert stages by scanning the table, and without
+//! compaction each append and upsert leaves one more small fragment for every later scan to fetch
+//! from moto (a single Python process all writers wait on; about 5 ms a request).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use lance::Dataset;
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{
     DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
 };
+use lance::session::Session;
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_select::RowAddrTreeMap;
@@ -24,6 +33,8 @@ use crate::support::{rows, run_children, scan};
 const WRITERS: i64 = 4;
 const BASE_ROWS: i64 = 128;
 const CONTESTED: std::ops::Range<i64> = 10_000..10_016;
+/// Writer 0 compacts after every this many commits of its own.
+const COMPACT_EVERY: usize = 10;
 
 fn commits_per_writer() -> usize {
     std::env::var("LA_COMMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(50)
@@ -45,8 +56,9 @@ pub async fn four_processes_commit_mixed_writes_on_s3_without_losing_or_resurrec
     let logs: Vec<Log> = run_children("commit-writer", argv).iter().map(|r| Log::parse(r)).collect();
     let commits: usize = logs.iter().map(|l| l.commits).sum();
     let verdicts: usize = logs.iter().map(|l| l.blamed.len()).sum();
+    let compactions: usize = logs.iter().map(|l| l.compactions).sum();
     println!(
-        "    S3, 4 processes (seed {}): {commits} commits landed, {verdicts} retry/fail verdicts re-checked",
+        "    S3, 4 processes (seed {}): {commits} commits landed, {verdicts} retry/fail verdicts re-checked, {compactions} compactions by Lance",
         seed()
     );
     assert!(
@@ -65,6 +77,8 @@ struct Log {
     live: BTreeMap<i64, i64>,
     deleted: BTreeSet<i64>,
     commits: usize,
+    /// Lance compactions that landed (writer 0 only).
+    compactions: usize,
     blamed: Vec<(u64, String)>,
 }
 
@@ -72,7 +86,7 @@ impl Log {
     fn render(&self) -> String {
         let live: Vec<String> = self.live.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let deleted: Vec<String> = self.deleted.iter().map(|k| k.to_string()).collect();
-        let mut out = format!("{}\n{}\n{}\n", live.join(","), deleted.join(","), self.commits);
+        let mut out = format!("{}\n{}\n{}\n{}\n", live.join(","), deleted.join(","), self.commits, self.compactions);
         for (v, path) in &self.blamed {
             out.push_str(&format!("{v}\t{path}\n"));
         }
@@ -81,7 +95,7 @@ impl Log {
 
     fn parse(text: &str) -> Log {
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines.len() >= 3, "a writer's report is cut short: {text:?}");
+        assert!(lines.len() >= 4, "a writer's report is cut short: {text:?}");
         let items = |l: &str| l.split(',').filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
         Log {
             live: items(lines[0])
@@ -93,7 +107,8 @@ impl Log {
                 .collect(),
             deleted: items(lines[1]).iter().map(|k| k.parse().expect("id")).collect(),
             commits: lines[2].parse().expect("commit count"),
-            blamed: lines[3..]
+            compactions: lines[3].parse().expect("compaction count"),
+            blamed: lines[4..]
                 .iter()
                 .filter_map(|l| l.split_once('\t'))
                 .map(|(v, p)| (v.parse().expect("version"), p.to_string()))
@@ -116,6 +131,10 @@ pub async fn child(args: &[String]) -> String {
     let mut log = Log::default();
     let mut own_base: Vec<i64> = (0..BASE_ROWS).filter(|i| i % WRITERS == w).collect();
     let mut next = (w + 1) * 1_000_000;
+    // One Lance session per writer process, as an application holds one: its caches (file
+    // footers, deletion vectors, manifests, keyed by immutable paths) spare moto, a single Python
+    // process that every writer waits on, most of the requests a fresh open would repeat.
+    let session = Arc::new(Session::default());
     for n in 0..commits_per_writer() {
         let own: Vec<i64> = log.live.keys().copied().collect();
         let op = match rng.random_range(0..100) {
@@ -128,7 +147,7 @@ pub async fn child(args: &[String]) -> String {
                 Op::Append(vec![(next - 2, 0), (next - 1, 0)])
             }
         };
-        let landed = run_op(uri, &op, &mut log).await;
+        let landed = run_op(uri, &session, &op, &mut log).await;
         match (op, landed) {
             (Op::Append(new), true) => log.live.extend(new),
             (Op::Upsert(id, v), true) => {
@@ -141,14 +160,32 @@ pub async fn child(args: &[String]) -> String {
             (Op::Delete(id), false) if id < BASE_ROWS => own_base.push(id),
             _ => {}
         }
+        if w == 0 && (n + 1) % COMPACT_EVERY == 0 {
+            log.compactions += usize::from(compact(uri, &session).await);
+        }
     }
     log.render()
 }
 
+/// Lance's own compaction of the head, committed by Lance (a foreign writer to our driver); whether
+/// it landed. It may lose to the others' concurrent deletes: then it is tried again from the head.
+async fn compact(uri: &str, session: &Arc<Session>) -> bool {
+    for _ in 0..3 {
+        let ds = DatasetBuilder::from_uri(uri).with_session(session.clone()).load().await;
+        let mut ds = ds.expect("open the head on S3");
+        let options = CompactionOptions { target_rows_per_fragment: 64, ..Default::default() };
+        if compact_files(&mut ds, options, None).await.is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
 /// Stage `op` on the head and commit it through our driver, re-staging on Retry. Whether it landed.
-async fn run_op(uri: &str, op: &Op, log: &mut Log) -> bool {
+async fn run_op(uri: &str, session: &Arc<Session>, op: &Op, log: &mut Log) -> bool {
     for _ in 0..50 {
-        let ds = Arc::new(Dataset::open(uri).await.expect("open the head on S3"));
+        let ds = DatasetBuilder::from_uri(uri).with_session(session.clone()).load().await;
+        let ds = Arc::new(ds.expect("open the head on S3"));
         let (txn, affected) = stage(&ds, op).await;
         let mut commit = ds.action_commit().with_max_attempts(50);
         if let Some(rows) = affected {

@@ -10,7 +10,8 @@
 //! child's report file, so a child that did nothing fails its test.
 //!
 //! `cargo test --test s3` runs it alone; `cargo test --test s3 -- NAME` runs the tests whose name
-//! contains NAME.
+//! contains NAME; `cargo nextest run` runs each test in a process of its own, with a server of its
+//! own (moto is one Python process: separate servers let tests that wait on it run side by side).
 
 mod cli;
 mod commit;
@@ -61,24 +62,71 @@ const TESTS: &[(&str, TestFn)] = tests![
     cli::the_cli_reaches_s3_through_storage_options_alone,
 ];
 
+/// The part of libtest's command line that cargo and nextest use: `--list [--format terse]`,
+/// `--ignored`, `--exact`, `--skip NAME`, name filters; other flags (`--nocapture`, `--test-threads N`, ...) are
+/// accepted and ignored. nextest lists with `--list --format terse [--ignored]` and runs each test as
+/// `s3 NAME --exact --nocapture`, a process (and a server) of its own.
+#[derive(Debug, Default)]
+struct Cli {
+    list: bool,
+    ignored: bool,
+    exact: bool,
+    filters: Vec<String>,
+    skips: Vec<String>,
+}
+
+impl Cli {
+    /// Flags that take a value: their value is not a name filter. (`--skip NAME` excludes NAME.)
+    const WITH_VALUE: &[&str] = &["--format", "--test-threads", "--color", "-Z", "--logfile", "--shuffle-seed"];
+
+    fn parse(args: &[String]) -> Cli {
+        let mut cli = Cli::default();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--list" => cli.list = true,
+                "--ignored" => cli.ignored = true,
+                "--exact" => cli.exact = true,
+                "--skip" => cli.skips.extend(args.next().cloned()),
+                flag if Self::WITH_VALUE.contains(&flag) => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                name => cli.filters.push(name.to_string()),
+            }
+        }
+        cli
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        let matches = |f: &String| if self.exact { name == f } else { name.contains(f.as_str()) };
+        (self.filters.is_empty() || self.filters.iter().any(matches)) && !self.skips.iter().any(matches)
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("child") {
         return support::child_main(&args[2..]);
     }
-    // `--list` lets cargo and nextest discover the tests; other libtest flags are accepted and ignored.
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
+    let cli = Cli::parse(&args[1..]);
+    // Nothing here is ignored: `--ignored` lists and runs no test.
+    let chosen: Vec<&(&str, TestFn)> = TESTS.iter().filter(|(name, _)| !cli.ignored && cli.selects(name)).collect();
+    if cli.list {
+        for (name, _) in &chosen {
             println!("{name}: test");
         }
         return ExitCode::SUCCESS;
     }
-    let filters: Vec<&String> = args.iter().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let chosen: Vec<&(&str, TestFn)> = TESTS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
     let started = Instant::now();
+    if chosen.is_empty() {
+        // No server for no test (`--ignored`, or a filter that matches nothing here).
+        println!(
+            "\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; {} filtered out; finished in 0.00s\n",
+            TESTS.len()
+        );
+        return ExitCode::SUCCESS;
+    }
     let s3 = match S3::start() {
         Ok(s3) => s3,
         Err(e) => {

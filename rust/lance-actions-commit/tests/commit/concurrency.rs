@@ -15,12 +15,14 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lance::Dataset;
+use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance::dataset::{
     DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
 };
 use lance::index::DatasetIndexExt;
+use lance::session::Session;
 use lance_actions::Reason;
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::scenario::batch;
@@ -65,13 +67,17 @@ async fn create_table(uri: &str) -> Arc<Dataset> {
     )
 }
 
-async fn open_latest(uri: &str) -> Arc<Dataset> {
-    Arc::new(Dataset::open(uri).await.expect("open latest"))
+/// The head, read through `session`: each writer holds one, as an application does, so that file
+/// footers and deletion vectors (immutable, cached by path) are not decoded again on every
+/// attempt; the final audit reads through a fresh one.
+async fn open_latest(uri: &str, session: &Arc<Session>) -> Arc<Dataset> {
+    let ds = DatasetBuilder::from_uri(uri).with_session(session.clone()).load().await;
+    Arc::new(ds.expect("open latest"))
 }
 
 /// The version `behind` versions before the head (the head itself when it is that young).
-async fn open_at(uri: &str, behind: u64) -> Arc<Dataset> {
-    let latest = open_latest(uri).await;
+async fn open_at(uri: &str, session: &Arc<Session>, behind: u64) -> Arc<Dataset> {
+    let latest = open_latest(uri, session).await;
     let head = latest.manifest().version;
     if behind == 0 || head <= behind {
         return latest;
@@ -92,9 +98,9 @@ enum Op {
 /// attempt reads `stale` versions behind the head, so that the driver judges peers that landed
 /// before the commit even began, not only the few that race its own staging; re-executions read
 /// the head. Returns whether it landed.
-async fn run_op(uri: &str, op: &Op, stale: u64, log: &mut Log) -> bool {
+async fn run_op(uri: &str, session: &Arc<Session>, op: &Op, stale: u64, log: &mut Log) -> bool {
     for attempt in 0..100 {
-        let ds = open_at(uri, if attempt == 0 { stale } else { 0 }).await;
+        let ds = open_at(uri, session, if attempt == 0 { stale } else { 0 }).await;
         let staged = match stage(&ds, op).await {
             Some(s) => s,
             None => return true, // done by Lance itself (compaction)
@@ -203,6 +209,7 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
     let mut own_base: Vec<i64> = (0..BASE_ROWS).filter(|i| i % writers == w).collect();
     let mut own_inserted: Vec<i64> = Vec::new();
     let mut next = (w + 1) * 1_000_000;
+    let session = Arc::new(Session::default());
     for _ in 0..commits_per_writer() {
         let roll = rng.random_range(0..100);
         let op = match roll {
@@ -232,7 +239,7 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
             _ => false,
         };
         let stale = if since_v1 { rng.random_range(0..4) } else { 0 };
-        let landed = run_op(&uri, &op, stale, &mut log).await;
+        let landed = run_op(&uri, &session, &op, stale, &mut log).await;
         match (&op, landed) {
             (Op::Insert(ids), true) => {
                 log.inserted.extend(ids);
@@ -257,7 +264,7 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
 
 /// Full-scan and history checks shared by the thread and process runs.
 async fn verify(uri: &str, logs: &[Log]) {
-    let ds = open_latest(uri).await;
+    let ds = open_latest(uri, &Arc::new(Session::default())).await;
     let (ids, total) = scan_ids(&ds).await;
     assert_eq!(total, ids.len(), "duplicate rows");
     let mut expected: BTreeSet<i64> = (0..BASE_ROWS).chain(CONTESTED).collect();
