@@ -307,6 +307,17 @@ class KeyedTable:
         """Strict insert. Raises ``KeyConflict`` (``.keys``, ``.cause``) if any key exists."""
         return _outcome(self._native.insert(_arrow(rows)))
 
+    def insert_fragments(self, fragments: Iterable[Any]) -> WriteOutcome:
+        """Strict insert, in one commit, of rows other processes already wrote as fragments
+        (``lance.fragment.write_fragments``, lance-ray's workers): ``FragmentMetadata`` objects
+        (or their ``to_json()`` strings). The keys are read back from the staged files, not taken
+        on trust. Raises ``KeyConflict`` as :meth:`insert` does, and ``ValueError`` for fragments
+        that are already in the table, given twice, carry deletions or were written for another
+        schema; nothing is committed then."""
+        texts = [f if isinstance(f, str) else f.to_json() for f in fragments]
+        texts = [t if isinstance(t, str) else json.dumps(t) for t in texts]
+        return _outcome(self._native.insert_fragments(texts))
+
     def upsert(self, rows: Any) -> WriteOutcome:
         """Insert new keys, replace the rows of existing ones."""
         return _outcome(self._native.upsert(_arrow(rows)))

@@ -7,6 +7,12 @@ driver commit them with ``lance.LanceDataset.commit``. Here the workers are lanc
 against each other and rebased (an append never re-executes because another landed), and a table
 declared keyed refuses an append that does not declare its keys instead of taking duplicates.
 
+On a keyed table (``lance_actions.KeyedTable``) a plain append is refused; :func:`insert` is the
+fenced way in: the workers write fragments as above, and the driver commits them all as one strict
+insert whose keys are read back from the written files (a key that exists, or that a concurrent
+job inserted, raises ``KeyConflict`` and the job commits nothing). :func:`upsert` upserts each
+block from its worker through the keyed table's own upsert (one fenced commit per block).
+
 Needs ``ray[data]`` and ``lance-ray`` (``pip install "ray[data]" lance-ray``)::
 
     import ray, lance_actions.ray as lar
@@ -21,10 +27,11 @@ from typing import Any, Dict, List, Optional
 import lance
 from lance import LanceOperation
 
-from . import CommitReport, commit
+from . import CommitReport, KeyedTable, WriteOutcome, commit
 
 try:  # lance-ray is optional: only this module needs it.
     from lance_ray.datasink import LanceDatasink as _LanceDatasink
+    from ray.data import Datasink as _Datasink
 except ImportError as e:  # pragma: no cover - exercised only without lance-ray
     raise ImportError('lance_actions.ray needs lance-ray and ray[data]: pip install "ray[data]" lance-ray') from e
 
@@ -102,3 +109,78 @@ def write_lance(
     sink = ActionsDatasink(uri, mode=mode, storage_options=storage_options, max_attempts=max_attempts, **writer_options)
     ds.write_datasink(sink, ray_remote_args=ray_remote_args or {}, concurrency=concurrency)
     return sink.report
+
+
+class KeyedInsertDatasink(ActionsDatasink):
+    """lance-ray's fragment writers, then one strict keyed insert of every fragment they wrote."""
+
+    def __init__(self, uri: str, **kwargs: Any) -> None:
+        super().__init__(uri, mode="append", **kwargs)
+        self.outcome: Optional[WriteOutcome] = None
+
+    def on_write_complete(self, write_result: Any) -> None:
+        fragments, schema = _fragments_of(write_result)
+        if schema is None:
+            return  # no rows: nothing to insert
+        table = KeyedTable.open(self.uri, storage_options=self.storage_options or None)
+        self.outcome = table.insert_fragments(fragments)
+
+
+def insert(
+    ds: Any,
+    uri: str,
+    *,
+    storage_options: Optional[Dict[str, str]] = None,
+    concurrency: Optional[int] = None,
+    ray_remote_args: Optional[Dict[str, Any]] = None,
+    **writer_options: Any,
+) -> Optional[WriteOutcome]:
+    """Strict insert of Ray dataset ``ds`` into the keyed table at ``uri``: lance-ray's workers
+    write the fragments, the driver commits them in one commit fenced by key
+    (:meth:`lance_actions.KeyedTable.insert_fragments`). Raises ``KeyConflict`` naming the keys
+    if any exists or was inserted concurrently; nothing is committed then. Returns the outcome
+    (``None`` when ``ds`` has no rows)."""
+    sink = KeyedInsertDatasink(uri, storage_options=storage_options, **writer_options)
+    ds.write_datasink(sink, ray_remote_args=ray_remote_args or {}, concurrency=concurrency)
+    return sink.outcome
+
+
+class KeyedUpsertDatasink(_Datasink):
+    """Each worker upserts its blocks through the keyed table's upsert: fenced by key, re-run
+    from the new base on a conflict, one commit per block."""
+
+    def __init__(self, uri: str, storage_options: Optional[Dict[str, str]] = None) -> None:
+        self.uri = uri
+        self.storage_options = storage_options
+        self.outcomes: List[WriteOutcome] = []
+
+    def write(self, blocks: Any, ctx: Any) -> List[WriteOutcome]:
+        import pyarrow as pa
+
+        tables = [pa.Table.from_pandas(b) if not isinstance(b, pa.Table) else b for b in blocks]
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return []
+        table = KeyedTable.open(self.uri, storage_options=self.storage_options)
+        return [table.upsert(pa.concat_tables(tables))]
+
+    def on_write_complete(self, write_result: Any) -> None:
+        results = getattr(write_result, "write_returns", write_result) or []
+        self.outcomes = [outcome for block in results for outcome in block]
+
+
+def upsert(
+    ds: Any,
+    uri: str,
+    *,
+    storage_options: Optional[Dict[str, str]] = None,
+    concurrency: Optional[int] = None,
+    ray_remote_args: Optional[Dict[str, Any]] = None,
+) -> List[WriteOutcome]:
+    """Upsert Ray dataset ``ds`` into the keyed table at ``uri``, each Ray write task upserting
+    its blocks through :meth:`lance_actions.KeyedTable.upsert`. Not atomic across blocks (as a
+    chunked upsert is not): a failing task leaves the blocks that committed before it. Returns
+    one outcome per committed block."""
+    sink = KeyedUpsertDatasink(uri, storage_options)
+    ds.write_datasink(sink, ray_remote_args=ray_remote_args or {}, concurrency=concurrency)
+    return sink.outcomes

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use arrow_array::ffi_stream::ArrowArrayStreamReader;
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_pyarrow::FromPyArrow;
+use lance_table::format::Fragment;
 use lance_actions_keyed::{KeyedTable, MigrationReport, WriteOutcome, migrate::BranchStep};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -47,12 +48,14 @@ pub struct NativeKeyedTable {
     table: Mutex<KeyedTable>,
 }
 
-#[derive(Clone, Copy)]
+/// One write and what it writes.
 enum Write {
-    Insert,
-    Upsert,
-    Update,
-    Delete,
+    Insert(Vec<RecordBatch>),
+    Upsert(Vec<RecordBatch>),
+    Update(Vec<RecordBatch>),
+    Delete(Vec<RecordBatch>),
+    /// A strict insert of fragments staged by other processes (`write_fragments`, lance-ray).
+    InsertFragments(Vec<Fragment>),
 }
 
 impl NativeKeyedTable {
@@ -63,15 +66,15 @@ impl NativeKeyedTable {
             .map_err(|_| PyRuntimeError::new_err("the table handle is poisoned by an earlier failure"))
     }
 
-    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, how: Write) -> PyResult<String> {
-        let batches = batches_of(data)?;
+    fn write(&self, py: Python<'_>, how: Write) -> PyResult<String> {
         let mut table = self.current()?;
         let work = async move {
             let result = match how {
-                Write::Insert => table.insert(batches).await,
-                Write::Upsert => table.upsert(batches).await,
-                Write::Update => table.update(batches).await,
-                Write::Delete => table.delete(batches).await,
+                Write::Insert(batches) => table.insert(batches).await,
+                Write::Upsert(batches) => table.upsert(batches).await,
+                Write::Update(batches) => table.update(batches).await,
+                Write::Delete(batches) => table.delete(batches).await,
+                Write::InsertFragments(fragments) => table.insert_fragments(fragments).await,
             };
             // Refresh even after an error: a later write should start from what is there now.
             let _ = table.refresh().await;
@@ -112,19 +115,32 @@ impl NativeKeyedTable {
     }
 
     fn insert(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
-        self.write(py, data, Write::Insert)
+        self.write(py, Write::Insert(batches_of(data)?))
     }
 
     fn upsert(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
-        self.write(py, data, Write::Upsert)
+        self.write(py, Write::Upsert(batches_of(data)?))
     }
 
     fn update(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
-        self.write(py, data, Write::Update)
+        self.write(py, Write::Update(batches_of(data)?))
     }
 
     fn delete(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<String> {
-        self.write(py, keys, Write::Delete)
+        self.write(py, Write::Delete(batches_of(keys)?))
+    }
+
+    /// Strict insert of staged fragments, each given as `FragmentMetadata.to_json()`.
+    fn insert_fragments(&self, py: Python<'_>, fragments: Vec<String>) -> PyResult<String> {
+        let fragments = fragments
+            .iter()
+            .enumerate()
+            .map(|(i, json)| {
+                Fragment::from_json(json)
+                    .map_err(|e| PyValueError::new_err(format!("staged fragment {i} is not a Lance fragment: {e}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.write(py, Write::InsertFragments(fragments))
     }
 
     /// The key column names, in key order.

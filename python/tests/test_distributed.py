@@ -104,3 +104,61 @@ def test_a_ray_append_to_a_keyed_table_is_refused_not_duplicated(ray_local, tmp_
     with pytest.raises(la.Fail):
         lar.write_lance(data, uri, mode="append")
     assert ids_of(uri) == list(range(10))
+
+
+def keyed_rows(ids, v):
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "v": pa.array([v] * len(ids), pa.int64())})
+
+
+def keyed_scan(uri, options=None):
+    t = lance.dataset(uri, storage_options=options).to_table(columns=["id", "v"])
+    pairs = list(zip(t.column("id").to_pylist(), t.column("v").to_pylist()))
+    assert len(pairs) == len({i for i, _ in pairs}), "a key landed twice"
+    return dict(pairs)
+
+
+def test_two_ray_keyed_inserts_racing_on_shared_keys_have_one_winner(ray_local, tmp_path):
+    uri = str(tmp_path / "k.lance")
+    la.KeyedTable.create(uri, keyed_rows(range(10), 0), key="id")
+    outcomes, errors = {}, {}
+
+    def job(name, ids, v):
+        try:
+            data = ray.data.from_arrow(keyed_rows(ids, v)).repartition(3)
+            outcomes[name] = lar.insert(data, uri)
+        except Exception as e:  # the loser's KeyConflict, checked below
+            errors[name] = e
+
+    jobs = [threading.Thread(target=job, args=a) for a in (("a", range(100, 400), 1), ("b", range(300, 600), 2))]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    assert len(outcomes) == 1 and len(errors) == 1, (outcomes, errors)
+    (winner, outcome), (loser, error) = next(iter(outcomes.items())), next(iter(errors.items()))
+    assert isinstance(error, la.KeyConflict), repr(error)
+    assert error.keys and all(300 <= int(k) < 400 for k in error.keys), error.keys
+    assert outcome.inserted == 300
+    won = range(100, 400) if winner == "a" else range(300, 600)
+    expected = {i: 0 for i in range(10)} | {i: (1 if winner == "a" else 2) for i in won}
+    assert keyed_scan(uri) == expected
+    # A second insert of keys now present is refused, and nothing changes.
+    with pytest.raises(la.KeyConflict):
+        lar.insert(ray.data.from_arrow(keyed_rows([5, 700], 9)), uri)
+    assert keyed_scan(uri) == expected
+
+
+def test_a_ray_keyed_insert_on_s3(ray_local, s3, bucket):  # noqa: F811
+    uri = f"{bucket}/k"
+    la.KeyedTable.create(uri, keyed_rows(range(10), 0), key="id", storage_options=s3.options)
+    outcome = lar.insert(ray.data.from_arrow(keyed_rows(range(10, 60), 1)).repartition(2), uri, storage_options=s3.options)
+    assert outcome.inserted == 50
+    assert keyed_scan(uri, s3.options) == {i: 0 for i in range(10)} | {i: 1 for i in range(10, 60)}
+
+
+def test_a_ray_upsert_updates_present_keys_and_inserts_new_ones(ray_local, tmp_path):
+    uri = str(tmp_path / "k.lance")
+    la.KeyedTable.create(uri, keyed_rows(range(10), 0), key="id")
+    outcomes = lar.upsert(ray.data.from_arrow(keyed_rows(range(5, 25), 3)).repartition(2), uri)
+    assert sum(o.updated for o in outcomes) == 5 and sum(o.inserted for o in outcomes) == 15, outcomes
+    assert keyed_scan(uri) == {i: 0 for i in range(5)} | {i: 3 for i in range(5, 25)}

@@ -47,6 +47,28 @@ def test_insert_conflict_with_a_concurrent_insert_is_inserted_concurrently(keyed
     assert read(keyed.uri)[42] == 1
 
 
+def staged(uri, data):
+    """Fragments written by pylance's own writer and not committed (what a distributed worker hands over)."""
+    return lance.fragment.write_fragments(data, uri, schema=lance.dataset(uri).schema)
+
+
+def test_insert_fragments_reads_the_keys_from_the_staged_files(keyed):
+    fragments = staged(keyed.uri, rows(range(10, 14), 4))
+    out = keyed.insert_fragments(fragments)
+    assert (out.inserted, out.version) == (4, 2)
+    assert read(keyed.uri) == {i: 0 for i in range(10)} | {i: 4 for i in range(10, 14)}
+    # The same fragments again would duplicate every row: refused, nothing written.
+    with pytest.raises(ValueError, match="already in the table"):
+        keyed.insert_fragments(fragments)
+    # Fragments holding a present key are a key conflict, as a strict insert of the rows is.
+    with pytest.raises(la.KeyConflict) as err:
+        keyed.insert_fragments(staged(keyed.uri, rows([12, 50], 5)))
+    assert err.value.keys == ["12"] and err.value.cause == "already_present"
+    with pytest.raises(ValueError, match="not a Lance fragment"):
+        keyed.insert_fragments(["{}"])
+    assert lance.dataset(keyed.uri).version == 2 and 50 not in read(keyed.uri)
+
+
 def test_upsert_update_delete(keyed):
     out = keyed.upsert(rows([1, 100], 7))
     assert (out.inserted, out.updated) == (1, 1)

@@ -136,9 +136,19 @@ fn dedup(kinds: &[&'static str]) -> Vec<&'static str> {
 }
 
 pub async fn a_lost_manifest_response_lands_once(cx: &Ctx<'_>) {
-    let uri = cx.uri("lost-response");
+    lost_response_lands_once(cx, "lost-response", Loss::ErrorAfterWrite).await;
+}
+
+/// The other way a lost response plays out: the client's own retry sends the manifest again, and
+/// the conditional create refuses it (412), because the first attempt's object is there.
+pub async fn a_retried_manifest_write_meeting_its_own_object_lands_once(cx: &Ctx<'_>) {
+    lost_response_lands_once(cx, "retried-manifest", Loss::RetriedIntoItself).await;
+}
+
+async fn lost_response_lands_once(cx: &Ctx<'_>, name: &str, loss: Loss) {
+    let uri = cx.uri(name);
     create(&uri).await;
-    let wrapper = Arc::new(LoseManifestResponse::default());
+    let wrapper = Arc::new(LoseManifestResponse { loss, flags: Arc::default() });
     let params = ObjectStoreParams { object_store_wrapper: Some(wrapper.clone()), ..Default::default() };
     let ds = Arc::new(
         DatasetBuilder::from_uri(&uri)
@@ -172,13 +182,24 @@ pub async fn a_lost_manifest_response_lands_once(cx: &Ctx<'_>) {
     assert_eq!(head.manifest().version, 2, "the commit landed more than once (or not at all)");
     let (found, total) = scan(&head).await;
     assert_eq!((total, found), (2, BTreeMap::from([(0, 0), (7, 7)])), "the row must be there exactly once");
-    println!("    lost manifest response: {how}");
+    println!("    {name} ({loss:?}): {how}");
+}
+
+/// How the response of a landed manifest write is lost.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// The caller hears a connection error.
+    ErrorAfterWrite,
+    /// The same put is sent again, as object_store's retry does after a lost response, and the
+    /// caller hears what the store answers that second put (the conditional create's refusal).
+    RetriedIntoItself,
 }
 
 /// Performs a manifest write (`_versions/*.manifest`) and then, once armed, fails as if its
 /// response had been lost on the way back: the object is in the store, the caller hears an error.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct LoseManifestResponse {
+    loss: Loss,
     flags: Arc<Flags>,
 }
 
@@ -190,7 +211,7 @@ struct Flags {
 
 impl WrappingObjectStore for LoseManifestResponse {
     fn wrap(&self, _prefix: &str, original: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
-        Arc::new(Lossy { inner: original, flags: self.flags.clone() })
+        Arc::new(Lossy { inner: original, loss: self.loss, flags: self.flags.clone() })
     }
 
     // Listings are only observed, never changed: keep Lance's paginated listing as it is.
@@ -206,6 +227,7 @@ impl WrappingObjectStore for LoseManifestResponse {
 #[derive(Debug)]
 struct Lossy {
     inner: Arc<dyn ObjectStore>,
+    loss: Loss,
     flags: Arc<Flags>,
 }
 
@@ -224,15 +246,21 @@ impl ObjectStore for Lossy {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let manifest = location.as_ref().contains("_versions/") && location.as_ref().ends_with(".manifest");
-        let result = self.inner.put_opts(location, payload, opts).await;
-        if manifest && result.is_ok() && self.flags.armed.swap(false, Ordering::SeqCst) {
-            self.flags.lost.store(true, Ordering::SeqCst);
-            return Err(object_store::Error::Generic {
+        let result = self.inner.put_opts(location, payload.clone(), opts.clone()).await;
+        if !(manifest && result.is_ok() && self.flags.armed.swap(false, Ordering::SeqCst)) {
+            return result;
+        }
+        self.flags.lost.store(true, Ordering::SeqCst);
+        match self.loss {
+            Loss::ErrorAfterWrite => Err(object_store::Error::Generic {
                 store: "S3",
                 source: "connection reset by peer before the response arrived".into(),
-            });
+            }),
+            Loss::RetriedIntoItself => match self.inner.put_opts(location, payload, opts).await {
+                Ok(_) => panic!("the store accepted a second conditional create of {location}"),
+                Err(refused) => Err(refused),
+            },
         }
-        result
     }
     async fn put_multipart_opts(
         &self,

@@ -59,6 +59,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     graph::a_graph_on_s3_merges_three_ways,
     faults::a_stopped_server_gives_typed_errors_and_the_next_commit_lands,
     faults::a_lost_manifest_response_lands_once,
+    faults::a_retried_manifest_write_meeting_its_own_object_lands_once,
     cli::the_cli_reaches_s3_through_storage_options_alone,
 ];
 

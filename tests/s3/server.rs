@@ -87,6 +87,12 @@ impl S3 {
     pub fn connections(&self) -> u64 {
         self.relay.connections.load(Ordering::SeqCst)
     }
+
+    /// Responses the server has sent through the relay: every request a client made that got an
+    /// answer (a benchmark's round trips, whoever the client).
+    pub fn responses(&self) -> u64 {
+        self.relay.responses.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for S3 {
@@ -148,6 +154,7 @@ struct Relay {
     /// Bumped on every stop: a connection opened in an earlier epoch ends at its next read.
     epoch: AtomicU64,
     connections: AtomicU64,
+    responses: AtomicU64,
 }
 
 impl Relay {
@@ -160,6 +167,7 @@ impl Relay {
             up: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            responses: AtomicU64::new(0),
         });
         let accepting = relay.clone();
         std::thread::spawn(move || {
@@ -185,17 +193,19 @@ impl Relay {
         let Ok(server) = TcpStream::connect(self.upstream) else { return };
         self.connections.fetch_add(1, Ordering::SeqCst);
         let epoch = self.epoch.load(Ordering::SeqCst);
-        for (from, to) in [(&client, &server), (&server, &client)] {
+        for (from, to, responses) in [(&client, &server, false), (&server, &client, true)] {
             let (Ok(mut from), Ok(to)) = (from.try_clone(), to.try_clone()) else { return };
             let relay = self.clone();
-            std::thread::spawn(move || relay.pump(&mut from, to, epoch));
+            std::thread::spawn(move || relay.pump(&mut from, to, epoch, responses));
         }
     }
 
-    /// Copy bytes one way until either side closes or the relay is stopped.
-    fn pump(&self, from: &mut TcpStream, mut to: TcpStream, epoch: u64) {
+    /// Copy bytes one way until either side closes or the relay is stopped; on the server's side,
+    /// count the responses (status lines).
+    fn pump(&self, from: &mut TcpStream, mut to: TcpStream, epoch: u64, responses: bool) {
         let _ = from.set_read_timeout(Some(Duration::from_millis(200)));
         let mut buf = [0u8; 64 * 1024];
+        let mut status_lines = StatusLines::default();
         loop {
             if self.epoch.load(Ordering::SeqCst) != epoch {
                 break;
@@ -203,6 +213,9 @@ impl Relay {
             match from.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
+                    if responses {
+                        self.responses.fetch_add(status_lines.count(&buf[..n]), Ordering::SeqCst);
+                    }
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }
@@ -213,5 +226,31 @@ impl Relay {
         }
         let _ = from.shutdown(std::net::Shutdown::Both);
         let _ = to.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Counts HTTP/1.1 status lines in one connection's response bytes, across read boundaries: a
+/// status line opens the stream or follows the previous response's last CRLF.
+struct StatusLines {
+    tail: Vec<u8>,
+}
+
+impl Default for StatusLines {
+    fn default() -> Self {
+        // The stream's start counts as a line start.
+        StatusLines { tail: b"\r\n".to_vec() }
+    }
+}
+
+impl StatusLines {
+    const MARK: &'static [u8] = b"\r\nHTTP/1.1 ";
+
+    fn count(&mut self, bytes: &[u8]) -> u64 {
+        let mut window = std::mem::take(&mut self.tail);
+        window.extend_from_slice(bytes);
+        let found = window.windows(Self::MARK.len()).filter(|w| *w == Self::MARK).count() as u64;
+        let keep = window.len().min(Self::MARK.len() - 1);
+        self.tail = window[window.len() - keep..].to_vec();
+        found
     }
 }

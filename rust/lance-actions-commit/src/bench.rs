@@ -9,6 +9,7 @@
 //!
 //! Compiled with the `bench` feature only.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use snafu::Snafu;
@@ -73,7 +74,10 @@ pub fn median_ns(mut f: impl FnMut(), target: Duration) -> f64 {
 /// Remove everything under `uri` (the tables a bench run created under its own directory), on any
 /// store the library can open.
 pub async fn remove_tables(uri: &str) -> BenchResult<()> {
-    let (store, path) =
-        lance_io::object_store::ObjectStore::from_uri(uri).await.map_err(lance_err("opening the bench directory"))?;
+    let params = crate::storage::store_params(uri).unwrap_or_default();
+    let registry = Arc::new(lance_io::object_store::ObjectStoreRegistry::default());
+    let (store, path) = lance_io::object_store::ObjectStore::from_uri_and_params(registry, uri, &params)
+        .await
+        .map_err(lance_err("opening the bench directory"))?;
     store.remove_dir_all(path).await.map_err(lance_err("removing the bench tables"))
 }

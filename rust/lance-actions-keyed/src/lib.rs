@@ -19,6 +19,7 @@ pub mod migrate;
 pub mod probe;
 mod replace;
 mod stage;
+mod staged;
 pub mod table;
 mod write;
 
@@ -29,4 +30,5 @@ pub use lance_actions_commit::progress::{Progress, Tick};
 pub use lance_actions_commit::retry::RetryPolicy;
 pub use migrate::{MigrationReport, migrate, migrate_with_progress};
 pub use replace::Located;
+pub use staged::MAX_STAGED_FRAGMENTS;
 pub use table::{KeyedTable, KeylessTable, WriteOptions, WriteOutcome};

@@ -21,6 +21,7 @@ use lance_actions::actions::add_fragments::AddFragments;
 use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+use lance_table::format::Fragment;
 use lance_table::format::key_existence::{KeyExistenceFilter, KeyValue};
 
 use crate::error::{ConflictCause, Error, Result};
@@ -28,6 +29,12 @@ use crate::key::{duplicates, sample};
 use crate::probe::{key_predicate, present_keys};
 use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
+
+/// The new rows of a strict insert: batches we stage, or fragments staged elsewhere.
+pub(crate) enum NewRows<'a> {
+    Batches(&'a [RecordBatch]),
+    Staged(&'a [Fragment]),
+}
 
 /// What one logical attempt came to.
 pub(crate) enum Attempt {
@@ -58,21 +65,21 @@ impl KeyedTable {
     pub async fn insert(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
         let batches = conform(&batches, &self.arrow_schema)?;
         let keys = self.unique_keys(&batches)?;
-        let rows = keys.len() as u64;
-        let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
+        self.insert_new_keys(keys, NewRows::Batches(&batches)).await
+    }
+
+    /// The strict-insert loop shared by [`Self::insert`] and [`Self::insert_fragments`]: per
+    /// attempt, refuse keys the head holds, then commit the rows' fragments with their exact keys.
+    /// A lost key race re-reads the head and names the keys a concurrent writer inserted.
+    pub(crate) async fn insert_new_keys(&mut self, keys: Vec<KeyValue>, rows: NewRows<'_>) -> Result<WriteOutcome> {
+        let mut outcome = WriteOutcome { inserted: keys.len() as u64, ..Default::default() };
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
         while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
             self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
-            let mut fragments = Vec::new();
-            let chunks = self.options.chunk.split(&batches);
-            let total = chunks.len();
-            for (i, chunk) in chunks.into_iter().enumerate() {
-                fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
-                self.options.progress.tell("chunks staged", i + 1, total);
-            }
+            let fragments = self.fragments_for_attempt(&rows).await?;
             let add = AddFragments { fragments, keys: Some(self.key.inserted_keys(&keys)?) };
             let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
             let commit = self.dataset.action_commit().execute_actions(self.dataset.manifest().version, txn).await;
@@ -87,6 +94,25 @@ impl KeyedTable {
             }
         }
         Err(Error::Contention { attempts: attempts.made(), last })
+    }
+
+    /// The fragments one attempt commits: rows given as batches are staged afresh on the attempt's
+    /// base, chunk by chunk; fragments another process staged are committed as they are (an append
+    /// does not depend on its base: Lance binds fragment ids at commit).
+    async fn fragments_for_attempt(&self, rows: &NewRows<'_>) -> Result<Vec<Fragment>> {
+        match rows {
+            NewRows::Staged(fragments) => Ok(fragments.to_vec()),
+            NewRows::Batches(batches) => {
+                let mut fragments = Vec::new();
+                let chunks = self.options.chunk.split(batches);
+                let total = chunks.len();
+                for (i, chunk) in chunks.into_iter().enumerate() {
+                    fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
+                    self.options.progress.tell("chunks staged", i + 1, total);
+                }
+                Ok(fragments)
+            }
+        }
     }
 
     /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from

@@ -105,8 +105,11 @@ const SHARED_BASE: i64 = 1_000_000;
 pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Dataset>> {
     let own: Vec<i64> = (0..writers * ROWS_PER_FRAGMENT).collect();
     let shared: Vec<i64> = (0..writers * commits).map(|i| SHARED_BASE + i).collect();
-    let params =
-        WriteParams { mode: WriteMode::Create, max_rows_per_file: ROWS_PER_FRAGMENT as usize, ..Default::default() };
+    // Storage options registered for the prefix (the CLI's `--storage-option`) reach every open.
+    let params = WriteParams {
+        max_rows_per_file: ROWS_PER_FRAGMENT as usize,
+        ..crate::storage::write_params(uri, WriteMode::Create)
+    };
     let ds = InsertBuilder::new(uri)
         .with_params(&params)
         .execute(vec![batch(&own)?])
@@ -239,7 +242,7 @@ async fn writer(uri: String, way: Way, workload: Workload, w: i64, commits: i64)
     let mut totals = WriterTotals::default();
     for k in 0..commits {
         loop {
-            let ds = Arc::new(Dataset::open(&uri).await.map_err(lance_err("opening the bench table"))?);
+            let ds = Arc::new(crate::storage::open(&uri).await.map_err(lance_err("opening the bench table"))?);
             let staged = stage(&ds, workload, w, k, commits).await?;
             match commit_once(&ds, way, w, staged).await? {
                 Landed::Yes { retries } => {

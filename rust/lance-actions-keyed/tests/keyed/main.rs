@@ -7,4 +7,5 @@ mod migration;
 mod replace;
 mod routing;
 mod soundness;
+mod staged;
 mod support;

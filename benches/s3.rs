@@ -1,0 +1,99 @@
+//! Commit throughput on a real S3-compatible server, ours against Lance's own `CommitBuilder`, in
+//! one run: N = 1, 2, 4, 8 concurrent writers, appends and deletes of disjoint rows of ONE
+//! fragment (Lance both plain and given `with_affected_rows`, which ours is given too).
+//!
+//! On an object store a commit costs round trips, so besides commits/s and re-executions per
+//! commit (a Retry handed back to the writer, which re-reads and re-stages) this counts the
+//! server's responses per landed commit: every request any writer made, staging included, counted
+//! at a relay in front of the server (`tests/s3/server.rs`, shared with the S3 tests), minus the
+//! table's creation.
+//!
+//! The server is moto's (python/.venv, installed by `scripts/setup.sh`), started here on a
+//! loopback port and stopped at the end. Run:
+//! `cargo bench -p lance-actions-benches --bench s3` (`-- --ops K` commits per writer, default 10;
+//! `-- --quick`: N = 1 and 4).
+
+// The tests' server, relay and all; the fault controls (stop, restart) go unused here.
+#[allow(dead_code)]
+#[path = "../tests/s3/server.rs"]
+mod server;
+
+use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, run};
+
+const BUCKET: &str = "bench";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let ops = args.iter().position(|a| a == "--ops").and_then(|i| args.get(i + 1)).and_then(|k| k.parse().ok());
+    let s3 = server::S3::start().expect("start the S3 server (run ./scripts/setup.sh first)");
+    s3.create_bucket(BUCKET).expect("create the bench bucket");
+    for (key, value) in s3.env() {
+        // SAFETY: no other thread exists yet; Lance's S3 client reads the standard AWS_* variables.
+        unsafe { std::env::set_var(key, value) };
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    let ns: &[i64] = if quick { &[1, 4] } else { &[1, 2, 4, 8] };
+    runtime.block_on(measure(&s3, ns, ops.unwrap_or(10)));
+}
+
+/// One cell: throughput and the server's responses per landed commit.
+struct Cell {
+    t: Throughput,
+    round_trips_per_commit: f64,
+}
+
+async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
+    // Warm the clients, Lance's session caches and moto itself before anything is measured.
+    run(&uri("warm-lance"), Way::Lance, Workload::Append, 2, 3).await.expect("warm-up");
+    run(&uri("warm-ours"), Way::Ours, Workload::Append, 2, 3).await.expect("warm-up");
+    println!(
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | round trips/commit | commits/s vs lance | round trips vs lance |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for workload in [Workload::Append, Workload::DeleteRows] {
+        for &n in ns {
+            let mut lance: Option<Cell> = None;
+            let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
+            for way in ways {
+                let cell = cell(s3, workload, way, n, ops).await;
+                let (tput, trips) = match &lance {
+                    Some(l) => (
+                        format!("{:.2}x", cell.t.commits_per_s / l.t.commits_per_s),
+                        format!("{:.2}x", cell.round_trips_per_commit / l.round_trips_per_commit),
+                    ),
+                    None => Default::default(),
+                };
+                let retries = cell.t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+                println!(
+                    "| {} | {n} | {} | {:.2} | {:.2} | {retries} | {:.1} | {tput} | {trips} |",
+                    workload.name(),
+                    way.name(),
+                    cell.t.commits_per_s,
+                    cell.t.reexecutions_per_commit,
+                    cell.round_trips_per_commit,
+                );
+                // Ours is compared with the last Lance way: given the affected rows where it takes them.
+                if way != Way::Ours {
+                    lance = Some(cell);
+                }
+            }
+        }
+    }
+}
+
+async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64) -> Cell {
+    let name = format!("{}-{}-{n}", workload.name(), way.name());
+    // What creating the table costs, measured on a twin, is not a commit's cost.
+    let before = s3.responses();
+    create(&uri(&format!("{name}-twin")), n, ops).await.expect("create the twin table");
+    let creation = s3.responses() - before;
+    let before = s3.responses();
+    let t = run(&uri(&name), way, workload, n, ops).await.expect("run");
+    let spent = (s3.responses() - before).saturating_sub(creation);
+    Cell { t, round_trips_per_commit: spent as f64 / (n * ops) as f64 }
+}
+
+fn uri(name: &str) -> String {
+    format!("s3://{BUCKET}/{name}")
+}
