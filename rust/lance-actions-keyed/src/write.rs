@@ -66,13 +66,10 @@ impl KeyedTable {
             self.refresh().await?;
             outcome.attempts += 1;
             self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
-            let mut fragments = Vec::new();
-            let chunks = self.options.chunk.split(&batches);
-            let total = chunks.len();
-            for (i, chunk) in chunks.into_iter().enumerate() {
-                fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
-                self.options.progress.tell("chunks staged", i + 1, total);
-            }
+            // One pass of Lance's writer over every row, as a plain append: the insert is one commit
+            // however it is staged, and staging it in chunks cost a writer per chunk (1.5x a single
+            // append, `design/benchmarks.md`) and more, smaller fragments.
+            let fragments = stage::new_fragments(&self.dataset, batches.clone(), &self.options.progress).await?;
             let add = AddFragments { fragments, keys: Some(self.key.inserted_keys(&keys)?) };
             let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
             let commit = self.dataset.action_commit().execute_actions(self.dataset.manifest().version, txn).await;
@@ -172,8 +169,8 @@ impl KeyedTable {
         let keys = self.key.keys_of_all(&chunk)?;
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
-            self.refresh().await?;
+        while let Some(attempt) = attempts.next().await {
+            refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let (matched, not_matched) = kind.behaviour();
             let staged =
@@ -207,8 +204,8 @@ impl KeyedTable {
     async fn delete_chunk(&mut self, predicate: &str, outcome: &mut WriteOutcome) -> Result<()> {
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
-            self.refresh().await?;
+        while let Some(attempt) = attempts.next().await {
+            refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let staged = stage::delete_where(&self.dataset, predicate).await?;
             if staged.num_deleted_rows == 0 {
@@ -295,6 +292,18 @@ impl KeyedTable {
         outcome.commits.push(report);
         self.dataset = Arc::new(dataset);
     }
+}
+
+/// A chunk's first attempt stages on the handle as it stands, as Lance's own merge-insert and delete
+/// do: the commit judges every version landed since (a stale handle costs a re-run, never a wrong
+/// write), and the handle is already the latest after the caller's or the previous chunk's commit.
+/// Reading the latest first would add a version listing to every small write
+/// (`design/benchmarks.md`, the keyed upsert). A re-run reads the latest: it follows a conflict.
+async fn refresh_after_first(table: &mut KeyedTable, attempt: usize) -> Result<()> {
+    if attempt > 1 {
+        table.refresh().await?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
