@@ -254,30 +254,18 @@ impl ActionCommit {
     }
 
     /// The inner handler the compare-and-swap wrapper delegates to: the caller's, or the one the uri
-    /// resolves to, checked to see the same head as the dataset's own handler. With the head version
-    /// the check listed, which the first attempt uses instead of listing again.
-    async fn inner_handler(&self) -> CommitResult<(Arc<dyn CommitHandler>, Option<u64>)> {
+    /// resolves to. Nothing is listed here: each attempt lists once, through this handler
+    /// ([`ActionCommit::read_head`]), and that listing is also what checks a uri's handler against the
+    /// dataset's own (`design/commit.md`, "Why Lance never rebases us behind our back").
+    async fn inner_handler(&self) -> CommitResult<InnerHandler> {
         if let Some(handler) = &self.handler {
-            return Ok((handler.clone(), None));
+            return Ok(InnerHandler { handler: handler.clone(), from_uri: false });
         }
         let uri = self.dataset.uri().to_string();
-        let refuse = |detail: String| CommitError::CommitHandler { uri: uri.clone(), detail };
-        let handler = commit_handler_from_url(&uri, &None).await.map_err(|e| refuse(e.to_string()))?;
-        // The dataset's handler is asked first: a writer landing between the two reads can only
-        // raise what the uri's handler sees afterwards, never lower it.
-        let own = self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?;
-        let base_path = self.dataset.branch_location().path;
-        let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
-        let seen = handler.resolve_latest_location(&base_path, &store).await.map_err(|e| refuse(e.to_string()))?;
-        // Our own handler must not see fewer versions than the dataset's (then it would let us write
-        // a version the dataset's handler already holds); more is a writer landing in between.
-        if seen.version < own {
-            return Err(refuse(format!(
-                "the dataset's handler sees version {own}, the uri's handler only {}",
-                seen.version
-            )));
-        }
-        Ok((handler, Some(seen.version)))
+        let handler = commit_handler_from_url(&uri, &None)
+            .await
+            .map_err(|e| CommitError::CommitHandler { uri: uri.clone(), detail: e.to_string() })?;
+        Ok(InnerHandler { handler, from_uri: true })
     }
 
     /// The loop, one named step per line: read the head and the peers that landed on it, read the
@@ -294,11 +282,15 @@ impl ActionCommit {
     ) -> CommitResult<(Dataset, CommitReport)> {
         let fixed = self.prepare(read_version, ours, uuid, tag, properties).await?;
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
-        let mut state = LoopState::new(read_version, Some(fixed.seen_head));
+        let mut state = LoopState::new(&fixed);
         let mut attempts = self.retry.attempts();
-        while attempts.next().await.is_some() {
+        // After an attempt that saw the head move before it wrote, the next starts at once, as
+        // Lance's own loop rebases at once; only a lost manifest write waits (`retry.rs`).
+        let mut at_once = false;
+        while if at_once { attempts.next_at_once() } else { attempts.next().await }.is_some() {
             let started = Instant::now();
-            let latest = self.read_head(&fixed.at_read, state.head_hint.take()).await?;
+            let latest = self.read_head(&fixed, &state).await?;
+            state.known = latest.clone();
             state.log.catch_up(&latest).await?;
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
@@ -325,7 +317,10 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     return Ok((*ds, report));
                 }
-                Written::LostRace => continue,
+                Written::LostRace { dataset_saw, put_lost } => {
+                    state.dataset_saw = state.dataset_saw.max(dataset_saw);
+                    at_once = !put_lost;
+                }
             }
         }
         Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report) })
@@ -333,7 +328,7 @@ impl ActionCommit {
 
     /// Everything the attempts share, fixed once: our actions with the caller's rows and restore
     /// targets attached and the driver's preparation of them, the properties, the read version and
-    /// its state, the handler to wrap and the head it saw.
+    /// its state, the handler to wrap. Nothing is listed: the first attempt's listing is the only one.
     async fn prepare(
         &self,
         read_version: u64,
@@ -352,39 +347,46 @@ impl ActionCommit {
             Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?)
         };
         let base = table_state(&at_read).await?;
-        let (inner_handler, seen_head) = self.inner_handler().await?;
-        // With the caller's handler nothing was listed: list once, so an uncontended first attempt
-        // still reads no manifest.
-        let seen_head = match seen_head {
-            Some(v) => v,
-            None => self.dataset.latest_version_id().await.map_err(lance_err("listing versions"))?,
-        };
+        let inner = self.inner_handler().await?;
         let prepared = Prepared::of(&ours);
-        Ok(Fixed {
-            ours,
-            prepared,
-            uuid,
-            tag,
-            properties,
-            at_read,
-            base,
-            inner_handler,
-            seen_head,
-            judged: self.judged,
-        })
+        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner, judged: self.judged })
     }
 
-    /// The head as of now. `hint` is a head version listed moments ago (the handler check's, for
-    /// the first attempt): when it is still the version we read (the uncontended case) nothing is
-    /// read at all. Without a hint (after a lost race, when the head has certainly moved) the
-    /// latest manifest is read directly, with no separate listing first.
-    async fn read_head(&self, at_read: &Arc<Dataset>, hint: Option<u64>) -> CommitResult<Arc<Dataset>> {
-        if hint == Some(at_read.manifest().version) {
-            return Ok(at_read.clone());
+    /// The head as of now: one listing, through the handler we write through. When it is a version
+    /// already read (the read version, uncontended, or the previous attempt's head) nothing else is
+    /// read; otherwise that version's manifest is.
+    ///
+    /// The listing also checks a uri's handler against the dataset's own, which Lance 14.0.2 keeps
+    /// private: the dataset's handler has shown us versions (the one the caller's handle stands on,
+    /// and the head Lance's own pre-write listing saw when it refused an attempt), and a uri's handler
+    /// that lists fewer than those would let us write a version the dataset's handler already holds.
+    /// Versions only grow, so a listing made after the dataset's handler showed one can only see
+    /// more. Lance's pre-write listing, through the dataset's handler, ends any attempt whose head
+    /// that handler has passed (the version Lance builds is then not `head + 1`): so an attempt only
+    /// writes when both handlers agree on its head.
+    async fn read_head(&self, fixed: &Fixed, state: &LoopState) -> CommitResult<Arc<Dataset>> {
+        let base_path = self.dataset.branch_location().path;
+        let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
+        let uri = || self.dataset.uri().to_string();
+        let listed = fixed
+            .inner
+            .handler
+            .resolve_latest_location(&base_path, &store)
+            .await
+            .map_err(|e| CommitError::CommitHandler { uri: uri(), detail: e.to_string() })?
+            .version;
+        let own = self.dataset.manifest().version.max(fixed.at_read.manifest().version).max(state.dataset_saw);
+        if fixed.inner.from_uri && listed < own {
+            return Err(CommitError::CommitHandler {
+                uri: uri(),
+                detail: format!("the dataset's handler sees version {own}, the uri's handler only {listed}"),
+            });
         }
-        let mut latest = (*self.dataset).clone();
-        latest.checkout_latest().await.map_err(lance_err("reading the latest version"))?;
-        Ok(Arc::new(latest))
+        if listed == state.known.manifest().version {
+            return Ok(state.known.clone());
+        }
+        let head = self.dataset.checkout_version(listed).await.map_err(lance_err("reading the latest version"))?;
+        Ok(Arc::new(head))
     }
 }
 
@@ -398,26 +400,39 @@ struct Fixed {
     properties: HashMap<String, String>,
     at_read: Arc<Dataset>,
     base: lance_actions::TableState,
-    inner_handler: Arc<dyn CommitHandler>,
-    /// The head version listed while preparing (by the handler check, or once for a caller's
-    /// handler): the first attempt's head.
-    seen_head: u64,
+    inner: InnerHandler,
     /// The caller judged the actions up to the read version itself
     /// ([`ActionCommit::judged_up_to_read_version`]).
     judged: bool,
 }
 
+/// The handler our compare-and-swap wrapper ([`ExpectVersion`]) writes through.
+struct InnerHandler {
+    handler: Arc<dyn CommitHandler>,
+    /// Resolved from the dataset's uri, not passed by the caller: its view is checked against the
+    /// dataset's own handler's ([`ActionCommit::read_head`]).
+    from_uri: bool,
+}
+
 /// What the attempts of one commit carry forward: the peers read so far (decoded, masks computed),
-/// the deletion vectors read so far, and a head version known without listing again.
+/// the deletion vectors read so far, the head the last attempt read, and the highest version the
+/// dataset's own handler has shown (Lance's pre-write listing, when it refused an attempt).
 struct LoopState {
     log: PeerLog,
     facts: DeletionFacts,
-    head_hint: Option<u64>,
+    known: Arc<Dataset>,
+    dataset_saw: u64,
 }
 
 impl LoopState {
-    fn new(read_version: u64, head_hint: Option<u64>) -> Self {
-        Self { log: PeerLog::new(read_version), facts: DeletionFacts::default(), head_hint }
+    fn new(fixed: &Fixed) -> Self {
+        let read_version = fixed.at_read.manifest().version;
+        Self {
+            log: PeerLog::new(read_version),
+            facts: DeletionFacts::default(),
+            known: fixed.at_read.clone(),
+            dataset_saw: read_version,
+        }
     }
 }
 
@@ -535,8 +550,13 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
     Landed(Box<Dataset>),
-    /// Another writer took `head + 1` first; nothing of ours was written.
-    LostRace,
+    /// Another writer took `head + 1` first; nothing of ours was written. `dataset_saw` is the
+    /// highest version Lance's own pre-write listing (the dataset's handler) showed; `put_lost`:
+    /// the manifest write itself lost (rather than Lance seeing the new head before writing).
+    LostRace {
+        dataset_saw: u64,
+        put_lost: bool,
+    },
 }
 
 /// Hand the lowered operation to Lance with a handler that accepts only `head + 1`, carrying our
@@ -563,7 +583,7 @@ async fn write_attempt(
         .tag(fixed.tag.clone())
         .transaction_properties(Some(Arc::new(props)))
         .build();
-    let handler = Arc::new(ExpectVersion::new(fixed.inner_handler.clone(), head + 1));
+    let handler = Arc::new(ExpectVersion::new(fixed.inner.handler.clone(), head + 1));
     crate::crash::point("before-lance-commit");
     let result = CommitBuilder::new(latest.clone())
         .with_commit_handler(handler.clone())
@@ -585,7 +605,11 @@ async fn write_attempt(
         (Err(e), _) if e.is_commit_status_unknown() => {
             Err(CommitError::CommitStatusUnknown { uuid: fixed.uuid.clone(), message: e.to_string() })
         }
-        (Err(_), WriteRecord::Refused { .. } | WriteRecord::LostRace) => Ok(Written::LostRace),
+        // Lance built version `asked`: its listing saw `asked - 1` as the head.
+        (Err(_), WriteRecord::Refused { asked }) => {
+            Ok(Written::LostRace { dataset_saw: asked.saturating_sub(1), put_lost: false })
+        }
+        (Err(_), WriteRecord::LostRace) => Ok(Written::LostRace { dataset_saw: head, put_lost: true }),
         // Lance's own rebase saw a peer landing between our read and its commit.
         (
             Err(
@@ -594,7 +618,7 @@ async fn write_attempt(
                 | lance::Error::CommitConflict { .. },
             ),
             WriteRecord::NotAttempted,
-        ) => Ok(Written::LostRace),
+        ) => Ok(Written::LostRace { dataset_saw: head, put_lost: false }),
         (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
             uuid: fixed.uuid.clone(),
             message: format!("{message}; lance: {e}"),

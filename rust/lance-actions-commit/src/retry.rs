@@ -115,6 +115,18 @@ impl Attempts {
         Some(self.made)
     }
 
+    /// Start the next attempt at once, without the policy's wait: for a loop whose last attempt
+    /// wrote nothing and contended for nothing (it saw a newer state before writing, as a commit
+    /// whose head moved), where spreading writers out would only delay one that has not collided.
+    /// Counts against the bound like any attempt.
+    pub fn next_at_once(&mut self) -> Option<usize> {
+        if self.made >= self.policy.max_attempts {
+            return None;
+        }
+        self.made += 1;
+        Some(self.made)
+    }
+
     /// How many attempts were started.
     pub fn made(&self) -> usize {
         self.made
@@ -160,5 +172,18 @@ mod tests {
         let mut one = RetryPolicy::new(0, Duration::ZERO).attempts();
         assert_eq!(one.next().await, Some(1));
         assert_eq!(one.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn an_attempt_at_once_skips_the_wait_but_counts_against_the_bound() {
+        // A 10 s step: any wait would show in the elapsed time.
+        let mut a = RetryPolicy::new(3, Duration::from_secs(10)).attempts();
+        let started = std::time::Instant::now();
+        assert_eq!(a.next().await, Some(1));
+        assert_eq!(a.next_at_once(), Some(2));
+        assert_eq!(a.next_at_once(), Some(3));
+        assert_eq!(a.next_at_once(), None, "the bound holds");
+        assert_eq!(a.made(), 3);
+        assert!(started.elapsed() < Duration::from_secs(1), "no attempt waited: {:?}", started.elapsed());
     }
 }

@@ -24,6 +24,7 @@ use lance_select::RowAddrTreeMap;
 use lance_table::format::Fragment;
 use lance_table::format::key_existence::KeyValue;
 
+use crate::Progress;
 use crate::error::{Error, LanceContext, Result};
 use crate::key::{duplicates, sample};
 use crate::probe::present_keys;
@@ -187,10 +188,8 @@ impl KeyedTable {
     /// The new fragments of `rows` and the located fragments' new deletion vectors, as Lance's
     /// own row-rewrite `Update` (the shape its merge-insert stages).
     async fn stage_replacement(&self, rows: Vec<RecordBatch>, addresses: &[u64]) -> Result<Operation> {
-        let mut new_fragments = Vec::new();
-        for chunk in self.options.chunk.split(&rows) {
-            new_fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
-        }
+        // One pass of Lance's writer, as for a strict insert (`write.rs`): the replacement is one commit.
+        let new_fragments = stage::new_fragments(&self.dataset, rows, &Progress::default()).await?;
         let writes: Vec<_> = by_fragment(addresses)
             .into_iter()
             .map(|(id, offsets)| async move {

@@ -19,6 +19,7 @@ use lance::dataset::{
 };
 use lance_table::format::Fragment;
 
+use crate::Progress;
 use crate::error::{Error, LanceContext, Result};
 
 /// Stage a table at `uri` from `batches` (which may be empty batches carrying only the schema),
@@ -51,11 +52,22 @@ pub(crate) async fn commit_table(uri: &str, txn: Transaction) -> Result<Dataset>
     builder.execute(txn).await.lance(format!("creating the table at {uri}"))
 }
 
-/// Write `batches` as new fragments of `dataset` (ids unbound), without committing anything.
-pub(crate) async fn new_fragments(dataset: &Arc<Dataset>, batches: Vec<RecordBatch>) -> Result<Vec<Fragment>> {
+/// Write `batches` as new fragments of `dataset` (ids unbound), without committing anything, telling
+/// `progress` the rows written so far (of all of `batches`).
+pub(crate) async fn new_fragments(
+    dataset: &Arc<Dataset>,
+    batches: Vec<RecordBatch>,
+    progress: &Progress,
+) -> Result<Vec<Fragment>> {
     let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if total == 0 {
+        return Ok(Vec::new());
+    }
+    let progress = progress.clone();
     let txn = InsertBuilder::new(dataset.clone())
         .with_params(&params)
+        .progress(move |stats| progress.tell("rows staged", stats.rows_written as usize, total))
         .execute_uncommitted(batches)
         .await
         .lance("writing new rows")?;

@@ -85,11 +85,8 @@ impl KeyedTable {
     /// values for the read only: staged fragments all carry id 0 until Lance binds them at commit.
     async fn staged_key_columns(&self, fragments: &[Fragment]) -> Result<Vec<RecordBatch>> {
         let first_free = self.dataset.manifest().max_fragment_id().map_or(0, |max| max + 1);
-        let bound: Vec<Fragment> = fragments
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Fragment { id: first_free + i as u64, ..f.clone() })
-            .collect();
+        let bound: Vec<Fragment> =
+            fragments.iter().enumerate().map(|(i, f)| Fragment { id: first_free + i as u64, ..f.clone() }).collect();
         let mut scan = self.dataset.scan();
         scan.with_fragments(bound).project(&self.key.names).lance("reading the staged rows' keys")?;
         scan.scan_in_order(true);

@@ -96,21 +96,17 @@ impl KeyedTable {
         Err(Error::Contention { attempts: attempts.made(), last })
     }
 
-    /// The fragments one attempt commits: rows given as batches are staged afresh on the attempt's
-    /// base, chunk by chunk; fragments another process staged are committed as they are (an append
-    /// does not depend on its base: Lance binds fragment ids at commit).
+    /// The fragments one attempt commits. Rows given as batches are staged afresh on the attempt's
+    /// base in one pass of Lance's writer, as a plain append: the insert is one commit however it is
+    /// staged, and staging it in chunks cost a writer per chunk (1.5x a single append,
+    /// `design/benchmarks.md`) and more, smaller fragments. Fragments another process staged are
+    /// committed as they are (an append does not depend on its base: Lance binds fragment ids at
+    /// commit).
     async fn fragments_for_attempt(&self, rows: &NewRows<'_>) -> Result<Vec<Fragment>> {
         match rows {
             NewRows::Staged(fragments) => Ok(fragments.to_vec()),
             NewRows::Batches(batches) => {
-                let mut fragments = Vec::new();
-                let chunks = self.options.chunk.split(batches);
-                let total = chunks.len();
-                for (i, chunk) in chunks.into_iter().enumerate() {
-                    fragments.extend(stage::new_fragments(&self.dataset, chunk).await?);
-                    self.options.progress.tell("chunks staged", i + 1, total);
-                }
-                Ok(fragments)
+                stage::new_fragments(&self.dataset, batches.to_vec(), &self.options.progress).await
             }
         }
     }
@@ -198,8 +194,8 @@ impl KeyedTable {
         let keys = self.key.keys_of_all(&chunk)?;
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
-            self.refresh().await?;
+        while let Some(attempt) = attempts.next().await {
+            refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let (matched, not_matched) = kind.behaviour();
             let staged =
@@ -233,8 +229,8 @@ impl KeyedTable {
     async fn delete_chunk(&mut self, predicate: &str, outcome: &mut WriteOutcome) -> Result<()> {
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
-            self.refresh().await?;
+        while let Some(attempt) = attempts.next().await {
+            refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let staged = stage::delete_where(&self.dataset, predicate).await?;
             if staged.num_deleted_rows == 0 {
@@ -321,6 +317,18 @@ impl KeyedTable {
         outcome.commits.push(report);
         self.dataset = Arc::new(dataset);
     }
+}
+
+/// A chunk's first attempt stages on the handle as it stands, as Lance's own merge-insert and delete
+/// do: the commit judges every version landed since (a stale handle costs a re-run, never a wrong
+/// write), and the handle is already the latest after the caller's or the previous chunk's commit.
+/// Reading the latest first would add a version listing to every small write
+/// (`design/benchmarks.md`, the keyed upsert). A re-run reads the latest: it follows a conflict.
+async fn refresh_after_first(table: &mut KeyedTable, attempt: usize) -> Result<()> {
+    if attempt > 1 {
+        table.refresh().await?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,6 +48,11 @@ impl Peer {
 pub struct Prepared {
     masks: Vec<Mask>,
     screens: Vec<OurScreen>,
+    /// The union of `screens`: one test against a peer's whole screen rules it out for all of them.
+    whole: OurScreen,
+    /// Our context can meet no peer context (no MemWAL progress, no replay claims) and the
+    /// transaction does not reset the baseline: then a peer the screen rules out is Ok outright.
+    plain: bool,
     index_edits: IndexEdits,
     resets: bool,
 }
@@ -56,7 +61,10 @@ impl Prepared {
     pub fn of(txn: &ActionTxn) -> Self {
         let masks: Vec<Mask> = txn.actions.iter().map(screen::mask_of).collect();
         let screens = screen::our_screens(&txn.actions, &masks);
-        Self { masks, screens, index_edits: IndexEdits::of(&txn.actions), resets: txn.resets_baseline() }
+        let whole = OurScreen::union(&screens);
+        let resets = txn.resets_baseline();
+        let plain = !resets && txn.context.compacted_sstables.is_empty() && txn.context.replay_origins.is_empty();
+        Self { masks, screens, whole, plain, index_edits: IndexEdits::of(&txn.actions), resets }
     }
 
     /// Was this prepared from `txn` (or a rebase of it)? Only coordinates are compared.
@@ -187,6 +195,30 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 /// screen rules out (`crate::screen`) are not counted.
 pub fn judge_peer(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     debug_assert!(!peer.txn.is_opaque(), "an opaque peer is decided before any action is judged");
+    // The common pair (two inserts, writes to different fragments) is decided by one test of the
+    // two whole screens, as Lance's `check_txn` decides it by one match: with a plain context the
+    // context rules and the MemWAL-reset rule cannot fire, and no action of ours meets the peer.
+    if prepared.plain && screen::rules_out(&prepared.whole, &peer.whole) {
+        debug_assert!(
+            exact_route_agrees(txn, prepared, inputs, peer),
+            "the whole-transaction screen skipped a peer that matters"
+        );
+        return PeerCheck { version: peer.version, overlapping_pairs: 0, verdict: Verdict::Ok };
+    }
+    judge_peer_by_action(txn, prepared, inputs, peer)
+}
+
+/// The whole-transaction screen's promise, checked the slow way (debug builds only): judging the
+/// peer action by action, on a copy, answers Ok, rebases no pair and leaves our actions as they were.
+fn exact_route_agrees(txn: &ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>, peer: &Peer) -> bool {
+    let mut copy = txn.clone();
+    let check = judge_peer_by_action(&mut copy, prepared, inputs, peer);
+    check.verdict.is_ok() && check.overlapping_pairs == 0 && copy == *txn
+}
+
+/// [`judge_peer`] action by action: the context rules, then each of our actions screened against
+/// the peer's actions and rebased on the ones it overlaps.
+fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     let mut verdict = txn.context.rebase(peer.version, &peer.txn.context).worst(memwal_vs_reset(txn, peer));
     let cx = RebaseCx {
         base: inputs.base,

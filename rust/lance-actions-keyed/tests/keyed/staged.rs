@@ -57,13 +57,17 @@ async fn a_present_key_or_a_key_staged_twice_commits_nothing() {
     let (uri, mut table) = table_with(&dir, &[1, 2]).await;
     let present = stage(table.dataset(), rows(&[2, 3], 9)).await;
     let err = table.insert_fragments(present).await.expect_err("key 2 is present");
-    assert!(matches!(&err, Error::KeyConflict { cause: ConflictCause::AlreadyPresent, keys } if keys.to_string().contains('2')), "{err}");
+    assert!(
+        matches!(&err, Error::KeyConflict { cause: ConflictCause::AlreadyPresent, keys } if keys.to_string().contains('2')),
+        "{err}"
+    );
     let mut twice = stage(table.dataset(), rows(&[5, 6], 1)).await;
     twice.extend(stage(table.dataset(), rows(&[6], 2)).await);
     let err = table.insert_fragments(twice).await.expect_err("key 6 staged twice");
     assert!(matches!(err, Error::KeyConflict { cause: ConflictCause::DuplicateInBatch, .. }), "{err}");
     let the_same_file = stage(table.dataset(), rows(&[7], 1)).await;
-    let err = table.insert_fragments([the_same_file.clone(), the_same_file].concat()).await.expect_err("same file twice");
+    let err =
+        table.insert_fragments([the_same_file.clone(), the_same_file].concat()).await.expect_err("same file twice");
     assert!(err.to_string().contains("given twice"), "{err}");
     let ds = latest(&uri).await;
     assert_eq!(ds.manifest().version, 1);
