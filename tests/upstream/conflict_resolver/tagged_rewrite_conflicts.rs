@@ -346,6 +346,22 @@ pub(super) async fn judge_and_commit(uri: &str, ours: Transaction) -> (Judgement
     judge_and_commit_with(uri, ours, None).await
 }
 
+/// `judge_and_commit` for a test of one case: the case is recorded in the test's ledger against
+/// upstream's expectation, which fails the test on an unlisted difference.
+pub(super) async fn judge_and_commit_once(
+    uri: &str,
+    ours: Transaction,
+    test: &'static str,
+    case: &str,
+    upstream: Upstream,
+) -> (Judgement, Result<Dataset, &'static str>) {
+    let (j, landed) = judge_and_commit(uri, ours).await;
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record(case, &j, upstream);
+    ledger.finish();
+    (j, landed)
+}
+
 /// `judge_and_commit`, with the rows ours reports as affected (a staged update's).
 pub(super) async fn judge_and_commit_with(
     uri: &str,
@@ -397,10 +413,14 @@ async fn sp_lands_over_unrelated_concurrent_ops() {
     writer.delete("i >= 102").await.expect("delete");
     reserve(&writer, 5).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_lands_over_unrelated_concurrent_ops", &[], &[]);
-    ledger.record("append, delete, reserve", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_lands_over_unrelated_concurrent_ops",
+        "append, delete, reserve",
+        Upstream::Compatible,
+    )
+    .await;
     let landed = landed.expect("lands");
     let live = live_ids(&landed);
     assert_eq!((live.len(), &live[..2]), (3, &[10u64, 11][..]), "the destinations and the appended fragment");
@@ -426,10 +446,14 @@ async fn sp_double_consumption_is_rejected_fresh_session() {
     let copy = compacted_copy(&ds, 30).await;
     lance_commit(&ds, bare_rewrite(all, copy)).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_double_consumption_is_rejected_fresh_session", &[], &[]);
-    ledger.record("plain compaction of our sources", &j, Upstream::NotCompatible);
-    ledger.finish();
+    let (j, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_double_consumption_is_rejected_fresh_session",
+        "plain compaction of our sources",
+        Upstream::NotCompatible,
+    )
+    .await;
     assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
     assert!(landed.is_err());
     let latest = open(&uri).await;
@@ -475,10 +499,14 @@ async fn sp_lands_over_concurrent_user_index_and_blocks_v0_trim() {
     .build();
     index_i(&ds, "i_idx").await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_lands_over_concurrent_user_index_and_blocks_v0_trim", &[], &[]);
-    ledger.record("user index over our sources", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_lands_over_concurrent_user_index_and_blocks_v0_trim",
+        "user index over our sources",
+        Upstream::Compatible,
+    )
+    .await;
     let landed = landed.expect("lands");
     let indices = landed.load_indices().await.expect("indices");
     let stored = stored_indices(&landed).await;
@@ -763,10 +791,14 @@ async fn bare_group_covered_by_a_concurrent_index_is_refused_on_retry() {
     let stored_b = stored_indices(&writer).await;
     assert_eq!(bitmap_named(&stored_b, "late_idx"), Some(RoaringBitmap::from_iter([2u32, 3])));
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("bare_group_covered_by_a_concurrent_index_is_refused_on_retry", &[], &[]);
-    ledger.record("late_idx over the bare group", &j, Upstream::NotCompatible);
-    ledger.finish();
+    let (j, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "bare_group_covered_by_a_concurrent_index_is_refused_on_retry",
+        "late_idx over the bare group",
+        Upstream::NotCompatible,
+    )
+    .await;
     assert!(j.lance.to_string().contains("late_idx"), "{}", j.lance);
     assert!(j.resolution.verdict.to_string().contains("late_idx"), "{}", j.resolution.verdict);
     assert!(landed.is_err());
@@ -787,10 +819,14 @@ async fn bare_group_uncovered_by_a_concurrent_index_lands_on_retry() {
     let writer = concurrent_index(&ds, vec![0, 1]).await;
     let stored_b = stored_indices(&writer).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("bare_group_uncovered_by_a_concurrent_index_lands_on_retry", &[], &[]);
-    ledger.record("late_idx over the recorded group", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "bare_group_uncovered_by_a_concurrent_index_lands_on_retry",
+        "late_idx over the recorded group",
+        Upstream::Compatible,
+    )
+    .await;
     let landed = landed.expect("lands");
     assert_eq!(landed.manifest().version, writer.manifest().version + 1);
     let latest = open(&uri).await;
@@ -957,10 +993,14 @@ async fn overlapping_compaction_and_sp_rejected_fresh_session() {
     compact(&uri).await;
     let compacted = open(&uri).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("overlapping_compaction_and_sp_rejected_fresh_session", &[], &[]);
-    ledger.record("compaction of our sources", &j, Upstream::NotCompatible);
-    ledger.finish();
+    let (j, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "overlapping_compaction_and_sp_rejected_fresh_session",
+        "compaction of our sources",
+        Upstream::NotCompatible,
+    )
+    .await;
     assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
     assert!(landed.is_err());
     let latest = open(&uri).await;
@@ -1037,10 +1077,14 @@ async fn tagged_compaction_rebases_over_concurrent_sp() {
     let (sp, sp_destinations) = partition(&ds, &[10, 11], 50).await;
     lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), sp_destinations, vec![sp]).await).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("tagged_compaction_rebases_over_concurrent_sp", &[], &[]);
-    ledger.record("stable partition of other fragments", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "tagged_compaction_rebases_over_concurrent_sp",
+        "stable partition of other fragments",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert_eq!(sorted_ids(&latest), vec![50, 51, 55]);
@@ -1064,10 +1108,14 @@ async fn sp_rebases_over_concurrent_tagged_compaction() {
     let (oc, oc_destinations) = oc_parts(&ds, &[appended], 55).await;
     lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[appended]), oc_destinations, vec![oc]).await).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_rebases_over_concurrent_tagged_compaction", &[], &[]);
-    ledger.record("tagged compaction of other fragments", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_rebases_over_concurrent_tagged_compaction",
+        "tagged compaction of other fragments",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert_eq!(sorted_ids(&latest), vec![50, 51, 55]);
@@ -1092,10 +1140,14 @@ async fn tagged_compactions_disjoint_both_land_fresh_session() {
     compact(&uri).await;
     assert!(small_fragment_ids(&open(&uri).await).is_empty(), "the compaction consumed the small fragments");
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("tagged_compactions_disjoint_both_land_fresh_session", &[], &[]);
-    ledger.record("real deferred compaction of other fragments", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "tagged_compactions_disjoint_both_land_fresh_session",
+        "real deferred compaction of other fragments",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
@@ -1312,10 +1364,14 @@ async fn sp_rebases_over_concurrent_fri_trim() {
         v0_entry_of(vec![legacy_version(2, 200, 210)], RoaringBitmap::from_iter([210u32]), ds.manifest().version);
     lance_commit(&ds, Operation::CreateIndex { new_indices: vec![trimmed], removed_indices: vec![old_entry] }).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_rebases_over_concurrent_fri_trim", &[], &[]);
-    ledger.record("trim of the v0 history", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_rebases_over_concurrent_fri_trim",
+        "trim of the v0 history",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
@@ -1344,10 +1400,14 @@ async fn v0_compaction_built_from_an_older_snapshot_is_refused() {
     let ours = TransactionBuilder::new(ds.manifest().version, hand_v0_compaction(&ds, 0, dest - 1).await).build();
     let theirs = lance_commit(&ds, hand_v0_compaction(&ds, 1, dest).await).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("v0_compaction_built_from_an_older_snapshot_is_refused", &[], &[]);
-    ledger.record("inline history", &j, Upstream::Conflict);
-    ledger.finish();
+    let (j, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "v0_compaction_built_from_an_older_snapshot_is_refused",
+        "inline history",
+        Upstream::Conflict,
+    )
+    .await;
     assert!(
         j.resolution.verdict.to_string().contains("changed the fragment-reuse history"),
         "{}",
@@ -1401,10 +1461,14 @@ async fn real_deferred_compaction_rebases_over_concurrent_sp_fresh_session() {
     let (transition, destinations) = partition(&ds, &[10, 11], 50).await;
     lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), destinations, vec![transition]).await).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("real_deferred_compaction_rebases_over_concurrent_sp_fresh_session", &[], &[]);
-    ledger.record("stable partition of other fragments", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "real_deferred_compaction_rebases_over_concurrent_sp_fresh_session",
+        "stable partition of other fragments",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert!(small_fragment_ids(&latest).is_empty(), "the compaction consumed the small fragments");
@@ -1423,10 +1487,14 @@ async fn tagged_compactions_overlapping_rejected_fresh_session() {
     compact(&uri).await;
     let winner = open(&uri).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("tagged_compactions_overlapping_rejected_fresh_session", &[], &[]);
-    ledger.record("compaction of the same candidates", &j, Upstream::NotCompatible);
-    ledger.finish();
+    let (j, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "tagged_compactions_overlapping_rejected_fresh_session",
+        "compaction of the same candidates",
+        Upstream::NotCompatible,
+    )
+    .await;
     assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
     assert!(landed.is_err());
     let latest = open(&uri).await;
@@ -1544,10 +1612,14 @@ async fn v0_compaction_overlap_with_sp_still_conflicts() {
     let lifted =
         lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("v0_compaction_overlap_with_sp_still_conflicts", &[], &[]);
-    ledger.record("lift of our candidates", &j, Upstream::Retryable);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "v0_compaction_overlap_with_sp_still_conflicts",
+        "lift of our candidates",
+        Upstream::Retryable,
+    )
+    .await;
     assert_eq!(landed.err(), Some("retry"));
     assert_eq!(open(&uri).await.manifest().version, lifted.manifest().version, "nothing of ours landed");
 }
@@ -1560,10 +1632,14 @@ async fn v0_compaction_race_keeps_legacy_behavior() {
     let (ours, _) = staged_compaction(&ds).await;
     compact(&uri).await;
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("v0_compaction_race_keeps_legacy_behavior", &[], &[]);
-    ledger.record("compaction of the same candidates", &j, Upstream::Retryable);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "v0_compaction_race_keeps_legacy_behavior",
+        "compaction of the same candidates",
+        Upstream::Retryable,
+    )
+    .await;
     assert_eq!(landed.err(), Some("retry"));
     let latest = open(&uri).await;
     let entry = fri_entry(&latest).await.expect("the entry");
@@ -1629,10 +1705,14 @@ async fn sp_merges_onto_swapped_transition_with_equal_count() {
     assert_eq!(read_ids.len(), current_ids.len(), "same count");
     assert_ne!(read_ids, current_ids, "different identity: the swap is real");
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("sp_merges_onto_swapped_transition_with_equal_count", &[], &[]);
-    ledger.record("swapped transition", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "sp_merges_onto_swapped_transition_with_equal_count",
+        "swapped transition",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let merged = sp_map_ids(&open(&uri).await).await;
     let mut expected = current_ids;
@@ -1707,10 +1787,14 @@ async fn index_build_over_a_v0_deferred_compaction_read_from_disk_lands() {
     compact(&uri).await;
     assert_eq!(fri_entry(&open(&uri).await).await.map(|e| e.index_version), Some(0), "a v0 entry");
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new("index_build_over_a_v0_deferred_compaction_read_from_disk_lands", &[], &[]);
-    ledger.record("v0 compaction of covered fragments", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) = judge_and_commit_once(
+        &uri,
+        ours,
+        "index_build_over_a_v0_deferred_compaction_read_from_disk_lands",
+        "v0 compaction of covered fragments",
+        Upstream::Compatible,
+    )
+    .await;
     landed.expect("lands");
     let latest = open(&uri).await;
     let stored = stored_indices(&latest).await;
