@@ -82,11 +82,7 @@ impl Rebinder for RemapCx<'_> {
 
     fn head_fragment(&mut self, source: &Fragment) -> Result<Fragment, RebindRefusal> {
         let id = self.fragments.target(source.id)?;
-        Ok(self.head.fragment(id).cloned().unwrap_or_else(|| {
-            let mut f = source.clone();
-            f.id = id;
-            f
-        }))
+        Ok(lance_actions::rebind::head_fragment_or_source(self.head, source, id))
     }
 
     fn head_fragment_ids(&self) -> Vec<u64> {

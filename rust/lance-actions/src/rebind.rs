@@ -12,6 +12,7 @@ use lance_table::format::{DataFile, Fragment, IndexMetadata};
 use snafu::Snafu;
 
 use crate::action::ActionKind;
+use crate::state::TableState;
 
 /// Why an action committed on a source branch cannot be replayed onto a target. Each variant is a
 /// refusal before anything is written.
@@ -96,6 +97,12 @@ pub trait Rebinder {
 
     /// An index with its base re-bound so the target reads the source's index files in place.
     fn index(&mut self, index: &IndexMetadata) -> Result<IndexMetadata, RebindRefusal>;
+}
+
+/// What [`Rebinder::head_fragment`] returns for a source fragment mapped to `id`: the head's own
+/// fragment `id`, or the source's under `id` when the head no longer has it.
+pub fn head_fragment_or_source(head: &TableState, source: &Fragment, id: u64) -> Fragment {
+    head.fragment(id).cloned().unwrap_or_else(|| Fragment { id, ..source.clone() })
 }
 
 /// A fragment's data files re-bound; its id and deletion file are the caller's to set.

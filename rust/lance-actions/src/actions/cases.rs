@@ -96,11 +96,7 @@ impl Rebinder for Target {
 
     fn head_fragment(&mut self, source: &Fragment) -> Result<Fragment, RebindRefusal> {
         let id = self.fragment_id(source.id)?;
-        Ok(self.head.fragment(id).cloned().unwrap_or_else(|| {
-            let mut f = source.clone();
-            f.id = id;
-            f
-        }))
+        Ok(crate::rebind::head_fragment_or_source(&self.head, source, id))
     }
 
     fn head_fragment_ids(&self) -> Vec<u64> {
