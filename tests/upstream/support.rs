@@ -174,6 +174,37 @@ pub async fn commit_peer_then_ours(
     commit_peer_then_ours_with(at_read, peer, ours, None).await
 }
 
+/// Our commit loop's refusal of a commit: its verdict label for a Retry or a Fail, else the error.
+pub struct Refused(pub lance_actions_commit::CommitError);
+
+impl Refused {
+    pub fn label(&self) -> Option<&'static str> {
+        use lance_actions_commit::CommitError;
+        match self.0 {
+            CommitError::Retry { .. } => Some("retry"),
+            CommitError::Fail { .. } => Some("fail"),
+            _ => None,
+        }
+    }
+}
+
+/// Judge `ours` against `latest`'s history with both resolvers, then commit it through our commit
+/// loop (at most 3 attempts) on `latest`, given `affected` rows if any.
+pub async fn judge_then_commit(
+    latest: &Arc<Dataset>,
+    ours: Transaction,
+    affected: Option<RowAddrTreeMap>,
+) -> (Judgement, Result<Dataset, Refused>) {
+    use lance_actions_commit::{DatasetActionsExt, judge};
+    let j = judge(latest, &ours, affected.as_ref()).await.unwrap_or_else(|e| panic!("judging: {e}"));
+    let mut commit = latest.action_commit().with_max_attempts(3);
+    if let Some(rows) = affected {
+        commit = commit.with_affected_rows(rows);
+    }
+    let outcome = commit.execute(ours).await.map(|(ds, _)| ds).map_err(Refused);
+    (j, outcome)
+}
+
 /// `commit_peer_then_ours`, with the rows ours reports as affected (`with_affected_rows`).
 pub async fn commit_peer_then_ours_with(
     at_read: &Arc<Dataset>,
@@ -181,21 +212,11 @@ pub async fn commit_peer_then_ours_with(
     ours: Transaction,
     affected: Option<RowAddrTreeMap>,
 ) -> (Judgement, Result<Dataset, &'static str>) {
-    use lance_actions_commit::{CommitError, DatasetActionsExt, judge};
     let latest = Arc::new(
         lance::dataset::CommitBuilder::new(at_read.clone()).execute(peer).await.expect("Lance commits the peer"),
     );
-    let j = judge(&latest, &ours, affected.as_ref()).await.unwrap_or_else(|e| panic!("judging: {e}"));
-    let mut commit = latest.action_commit().with_max_attempts(3);
-    if let Some(rows) = affected {
-        commit = commit.with_affected_rows(rows);
-    }
-    let outcome = match commit.execute(ours).await {
-        Ok((ds, _)) => Ok(ds),
-        Err(CommitError::Retry { .. }) => Err("retry"),
-        Err(CommitError::Fail { .. }) => Err("fail"),
-        Err(e) => panic!("our commit loop errored: {e}"),
-    };
+    let (j, outcome) = judge_then_commit(&latest, ours, affected).await;
+    let outcome = outcome.map_err(|e| e.label().unwrap_or_else(|| panic!("our commit loop errored: {}", e.0)));
     let landed = if outcome.is_ok() { "ok" } else { outcome.as_ref().err().copied().unwrap_or("?") };
     assert_eq!(landed, j.resolution.verdict.label(), "the commit loop's outcome equals the driver's verdict");
     (j, outcome)

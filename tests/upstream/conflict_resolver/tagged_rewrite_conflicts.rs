@@ -31,7 +31,7 @@ use lance::Dataset;
 use lance::dataset::transaction::{Operation, RewriteGroup, Transaction, TransactionBuilder};
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 use lance::index::DatasetIndexExt;
-use lance_actions_commit::{CommitError, DatasetActionsExt, Judgement, judge};
+use lance_actions_commit::{Judgement, judge};
 use lance_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
 use lance_index::frag_reuse::row_map::{RowMapWriter, SourceRows};
 use lance_index::frag_reuse::stable_partition::MAPPING_FILE;
@@ -369,20 +369,13 @@ pub(super) async fn judge_and_commit_with(
     affected: Option<lance_select::RowAddrTreeMap>,
 ) -> (Judgement, Result<Dataset, &'static str>) {
     let latest = Arc::new(open(uri).await);
-    let j = judge(&latest, &ours, affected.as_ref()).await.unwrap_or_else(|e| panic!("judging: {e}"));
-    let mut commit = latest.action_commit().with_max_attempts(3);
-    if let Some(rows) = affected {
-        commit = commit.with_affected_rows(rows);
-    }
-    let outcome = match commit.execute(ours).await {
-        Ok((ds, _)) => Ok(ds),
-        Err(CommitError::Retry { .. }) => Err("retry"),
-        Err(CommitError::Fail { .. }) => Err("fail"),
-        Err(e) => {
-            println!("our commit loop refused: {e}");
-            Err("error")
-        }
-    };
+    let (j, outcome) = crate::support::judge_then_commit(&latest, ours, affected).await;
+    let outcome = outcome.map_err(|e| {
+        e.label().unwrap_or_else(|| {
+            println!("our commit loop refused: {}", e.0);
+            "error"
+        })
+    });
     let landed = match &outcome {
         Ok(_) => "ok",
         Err("error") => "fail",
