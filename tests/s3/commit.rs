@@ -80,13 +80,23 @@ struct Log {
     /// Lance compactions that landed (writer 0 only).
     compactions: usize,
     blamed: Vec<(u64, String)>,
+    /// Each commit reported landed: the version it was reported at, and its transaction uuid.
+    landed: Vec<(u64, String)>,
 }
 
 impl Log {
     fn render(&self) -> String {
         let live: Vec<String> = self.live.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let deleted: Vec<String> = self.deleted.iter().map(|k| k.to_string()).collect();
-        let mut out = format!("{}\n{}\n{}\n{}\n", live.join(","), deleted.join(","), self.commits, self.compactions);
+        let landed: Vec<String> = self.landed.iter().map(|(v, u)| format!("{v}:{u}")).collect();
+        let mut out = format!(
+            "{}\n{}\n{}\n{}\n{}\n",
+            live.join(","),
+            deleted.join(","),
+            self.commits,
+            self.compactions,
+            landed.join(",")
+        );
         for (v, path) in &self.blamed {
             out.push_str(&format!("{v}\t{path}\n"));
         }
@@ -95,7 +105,7 @@ impl Log {
 
     fn parse(text: &str) -> Log {
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines.len() >= 4, "a writer's report is cut short: {text:?}");
+        assert!(lines.len() >= 5, "a writer's report is cut short: {text:?}");
         let items = |l: &str| l.split(',').filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
         Log {
             live: items(lines[0])
@@ -108,7 +118,14 @@ impl Log {
             deleted: items(lines[1]).iter().map(|k| k.parse().expect("id")).collect(),
             commits: lines[2].parse().expect("commit count"),
             compactions: lines[3].parse().expect("compaction count"),
-            blamed: lines[4..]
+            landed: items(lines[4])
+                .iter()
+                .map(|vu| {
+                    let (v, u) = vu.split_once(':').expect("version:uuid");
+                    (v.parse().expect("version"), u.to_string())
+                })
+                .collect(),
+            blamed: lines[5..]
                 .iter()
                 .filter_map(|l| l.split_once('\t'))
                 .map(|(v, p)| (v.parse().expect("version"), p.to_string()))
@@ -187,13 +204,15 @@ async fn run_op(uri: &str, session: &Arc<Session>, op: &Op, log: &mut Log) -> bo
         let ds = DatasetBuilder::from_uri(uri).with_session(session.clone()).load().await;
         let ds = Arc::new(ds.expect("open the head on S3"));
         let (txn, affected) = stage(&ds, op).await;
+        let uuid = txn.uuid.clone();
         let mut commit = ds.action_commit().with_max_attempts(50);
         if let Some(rows) = affected {
             commit = commit.with_affected_rows(rows);
         }
         match commit.execute(txn).await {
-            Ok(_) => {
+            Ok((_, report)) => {
                 log.commits += 1;
+                log.landed.push((report.version, uuid));
                 return true;
             }
             Err(CommitError::Retry { reason, .. }) => blame(log, &reason),
@@ -248,6 +267,24 @@ async fn stage(ds: &Arc<Dataset>, op: &Op) -> (Transaction, Option<RowAddrTreeMa
 
 async fn verify(uri: &str, base: &[(i64, i64)], logs: &[Log]) {
     let ds = Dataset::open(uri).await.expect("open the head");
+    // Every commit reported landed is in the history, once, at the version reported: the history
+    // is what a lost or doubled landing would show first, before any scan.
+    let mut history = BTreeMap::new();
+    for v in 1..=ds.manifest().version {
+        let txn = ds.read_transaction_by_version(v).await.expect("read a transaction").expect("a transaction");
+        history.insert(v, (txn.uuid.clone(), txn.operation.name().to_string(), txn.read_version));
+    }
+    for (w, log) in logs.iter().enumerate() {
+        for (v, uuid) in &log.landed {
+            let at: Vec<u64> = history.iter().filter(|(_, (u, _, _))| u == uuid).map(|(v, _)| *v).collect();
+            assert_eq!(
+                at,
+                [*v],
+                "writer {w}'s commit {uuid}, reported landed at v{v}, is in the history at {at:?}; history around it: {:?}",
+                history.range(v.saturating_sub(3)..=v + 3).collect::<Vec<_>>()
+            );
+        }
+    }
     let (found, total) = scan(&ds).await;
     assert_eq!(total, found.len(), "duplicate rows on S3");
     let mut expected: BTreeMap<i64, i64> = base.iter().copied().collect();

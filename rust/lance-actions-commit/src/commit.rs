@@ -25,7 +25,7 @@ use roaring::RoaringBitmap;
 use snafu::Snafu;
 
 use crate::deletions::DeletionFacts;
-use crate::expect_version::{ExpectVersion, WriteRecord};
+use crate::expect_version::{ExpectVersion, Rejudge, WriteRecord};
 use crate::history::{committed_since, peers_of};
 use crate::judge::{attach_affected_rows, attach_restore_targets, table_state};
 use crate::retry::RetryPolicy;
@@ -52,6 +52,22 @@ pub struct AttemptReport {
     /// What happened at the manifest write (when the verdict was Ok).
     pub write: Option<WriteRecord>,
     pub checking: Duration,
+    /// The head came from a listing of ours; otherwise from a version already known (the caller's
+    /// handle, or the head Lance's pre-write listing reached in the previous attempt).
+    pub listed: bool,
+    /// The writers Lance's own pre-write listing found past `head`, judged at the manifest write
+    /// (`design/commit.md`, "Judged at the write").
+    pub at_write: Option<Box<AtWriteReport>>,
+}
+
+/// What the judgement at the manifest write saw and decided.
+#[derive(Debug, Clone)]
+pub struct AtWriteReport {
+    /// The head Lance's listing reached (the manifest it built is this plus one).
+    pub head: u64,
+    /// The checks of the writers after the attempt's head, up to this one.
+    pub peers: Vec<PeerCheck>,
+    pub verdict: Verdict,
 }
 
 /// The outcome of a commit.
@@ -69,9 +85,14 @@ impl CommitReport {
         self.attempts.iter().map(|a| a.checking).sum()
     }
 
-    /// Number of committed peers checked over all attempts.
+    /// Number of committed peers checked over all attempts (at the write too).
     pub fn peers_checked(&self) -> usize {
-        self.attempts.iter().map(|a| a.peers.len()).sum()
+        self.attempts.iter().map(|a| a.peers.len() + a.at_write.as_ref().map_or(0, |w| w.peers.len())).sum()
+    }
+
+    /// Attempts whose head came from a listing of ours.
+    pub fn listings(&self) -> usize {
+        self.attempts.iter().filter(|a| a.listed).count()
     }
 }
 
@@ -259,13 +280,14 @@ impl ActionCommit {
     /// dataset's own (`design/commit.md`, "Why Lance never rebases us behind our back").
     async fn inner_handler(&self) -> CommitResult<InnerHandler> {
         if let Some(handler) = &self.handler {
-            return Ok(InnerHandler { handler: handler.clone(), from_uri: false });
+            return Ok(InnerHandler { handler: handler.clone(), from_uri: false, same_as_dataset: true });
         }
         let uri = self.dataset.uri().to_string();
         let handler = commit_handler_from_url(&uri, &None)
             .await
             .map_err(|e| CommitError::CommitHandler { uri: uri.clone(), detail: e.to_string() })?;
-        Ok(InnerHandler { handler, from_uri: true })
+        let same_as_dataset = handler_matches_dataset(&self.dataset, handler.as_ref());
+        Ok(InnerHandler { handler, from_uri: true, same_as_dataset })
     }
 
     /// The loop, one named step per line: read the head and the peers that landed on it, read the
@@ -280,16 +302,16 @@ impl ActionCommit {
         tag: Option<String>,
         properties: HashMap<String, String>,
     ) -> CommitResult<(Dataset, CommitReport)> {
-        let fixed = self.prepare(read_version, ours, uuid, tag, properties).await?;
+        let fixed = Arc::new(self.prepare(read_version, ours, uuid, tag, properties).await?);
         let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
-        let mut state = LoopState::new(&fixed);
+        let mut state = LoopState::new(&fixed, &self.dataset);
         let mut attempts = self.retry.attempts();
         // After an attempt that saw the head move before it wrote, the next starts at once, as
         // Lance's own loop rebases at once; only a lost manifest write waits (`retry.rs`).
         let mut at_once = false;
         while if at_once { attempts.next_at_once() } else { attempts.next().await }.is_some() {
             let started = Instant::now();
-            let latest = self.read_head(&fixed, &state).await?;
+            let (latest, listed) = self.head_for_attempt(&fixed, &state).await?;
             state.known = latest.clone();
             state.log.catch_up(&latest).await?;
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
@@ -303,7 +325,8 @@ impl ActionCommit {
             if !state.log.peers.is_empty() {
                 state.facts.load_more(&latest, &fixed.base, &txn, &state.log.peers).await?;
             }
-            let entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
+            let mut entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
+            entry.listed = listed;
             if !entry.verdict.is_ok() {
                 let verdict = entry.verdict.clone();
                 report.attempts.push(entry);
@@ -312,13 +335,18 @@ impl ActionCommit {
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
             let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
-            match write_attempt(&fixed, &latest, &txn, op, entry, &mut report).await? {
+            match write_attempt(&fixed, &latest, txn, op, entry, &mut state, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
                     return Ok((*ds, report));
                 }
-                Written::LostRace { dataset_saw, put_lost } => {
+                Written::LostRace { dataset_saw, exists, put_lost } => {
                     state.dataset_saw = state.dataset_saw.max(dataset_saw);
+                    // A judgement at the write may have read the peers past the version known to
+                    // exist: they exist too, and the next attempt stands on no less.
+                    let reach = state.log.reach();
+                    state.next_head =
+                        exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(&fixed));
                     at_once = !put_lost;
                 }
             }
@@ -349,7 +377,30 @@ impl ActionCommit {
         let base = table_state(&at_read).await?;
         let inner = self.inner_handler().await?;
         let prepared = Prepared::of(&ours);
+        debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
         Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner, judged: self.judged })
+    }
+
+    /// The head an attempt stands on, and whether we listed to find it.
+    ///
+    /// Lance lists the versions itself before it writes (`load_new_transactions`), through the
+    /// dataset's handler, and our [`ExpectVersion`] refuses any manifest it then builds past the head
+    /// we judged (or judges the writers in between, [`JudgeAtWrite`]). So when we write through the
+    /// dataset's own handler, a listing of ours first would only repeat Lance's: an attempt stands
+    /// on a version already known to exist (the caller's handle, or the head Lance's listing reached
+    /// in the previous attempt) and lets Lance's listing say whether it is still the head
+    /// (`design/commit.md`, "One listing per attempt: Lance's"). Otherwise it lists
+    /// ([`ActionCommit::read_head`]).
+    async fn head_for_attempt(&self, fixed: &Fixed, state: &LoopState) -> CommitResult<(Arc<Dataset>, bool)> {
+        let Some(version) = state.next_head else {
+            return Ok((self.read_head(fixed, state).await?, true));
+        };
+        debug_assert!(version >= state.known.manifest().version, "versions only grow");
+        if version == state.known.manifest().version {
+            return Ok((state.known.clone(), false));
+        }
+        let head = self.dataset.checkout_version(version).await.map_err(lance_err("reading the latest version"))?;
+        Ok((Arc::new(head), false))
     }
 
     /// The head as of now: one listing, through the handler we write through. When it is a version
@@ -412,6 +463,29 @@ struct InnerHandler {
     /// Resolved from the dataset's uri, not passed by the caller: its view is checked against the
     /// dataset's own handler's ([`ActionCommit::read_head`]).
     from_uri: bool,
+    /// The caller's handler, or a uri's handler of the same kind and settings as the dataset's own:
+    /// Lance's pre-write listing (through the dataset's handler) then sees what ours would.
+    same_as_dataset: bool,
+}
+
+impl InnerHandler {
+    /// May an attempt stand on a version already known, leaving the listing to Lance's
+    /// ([`ActionCommit::head_for_attempt`])? Not for a caller that judged up to its read version: it
+    /// must learn of any writer since, which only a listing of ours reports before the write.
+    fn stands_on_known_heads(&self, fixed: &Fixed) -> bool {
+        self.same_as_dataset && !fixed.judged
+    }
+}
+
+/// Does `handler` (resolved from the dataset's uri) behave as the dataset's own? Lance 14.0.2 keeps
+/// the dataset's handler private; its public `refs` prints it (`Refs`'s `Debug`), and a handler
+/// prints its kind and settings. Equal prints are Lance's same handler kind with the same settings;
+/// anything else (an external manifest store given at open, a print we cannot find) is not.
+fn handler_matches_dataset(dataset: &Dataset, handler: &dyn CommitHandler) -> bool {
+    let refs = format!("{:?}", dataset.refs);
+    let Some((_, after)) = refs.split_once("commit_handler: ") else { return false };
+    let Some((printed, _)) = after.split_once(", base_location: ") else { return false };
+    printed == format!("{handler:?}")
 }
 
 /// What the attempts of one commit carry forward: the peers read so far (decoded, masks computed),
@@ -422,16 +496,24 @@ struct LoopState {
     facts: DeletionFacts,
     known: Arc<Dataset>,
     dataset_saw: u64,
+    /// The version the next attempt stands on without a listing of ours; `None`: list
+    /// ([`ActionCommit::head_for_attempt`]).
+    next_head: Option<u64>,
 }
 
 impl LoopState {
-    fn new(fixed: &Fixed) -> Self {
+    /// The first attempt stands on the newest version already in hand: the caller's handle or the
+    /// read version.
+    fn new(fixed: &Fixed, handle: &Arc<Dataset>) -> Self {
         let read_version = fixed.at_read.manifest().version;
+        let newest = if handle.manifest().version > read_version { handle.clone() } else { fixed.at_read.clone() };
+        let next_head = fixed.inner.stands_on_known_heads(fixed).then(|| newest.manifest().version);
         Self {
             log: PeerLog::new(read_version),
             facts: DeletionFacts::default(),
-            known: fixed.at_read.clone(),
+            known: newest,
             dataset_saw: read_version,
+            next_head,
         }
     }
 }
@@ -449,8 +531,13 @@ impl PeerLog {
         PeerLog { read_version, committed: Vec::new(), peers: Vec::new() }
     }
 
+    /// The newest version read so far.
+    fn reach(&self) -> u64 {
+        self.read_version + self.committed.len() as u64
+    }
+
     async fn catch_up(&mut self, latest: &Dataset) -> CommitResult<()> {
-        let known = self.read_version + self.committed.len() as u64;
+        let known = self.reach();
         let new = committed_since(latest, known).await?;
         self.peers.extend(peers_of(&new)?);
         self.committed.extend(new);
@@ -521,6 +608,8 @@ async fn judge_attempt(
         verdict,
         write: None,
         checking: started.elapsed(),
+        listed: false,
+        at_write: None,
     })
 }
 
@@ -544,29 +633,36 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
         verdict,
         write: None,
         checking: started.elapsed(),
+        listed: false,
+        at_write: None,
     }
 }
 
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
     Landed(Box<Dataset>),
-    /// Another writer took `head + 1` first; nothing of ours was written. `dataset_saw` is the
-    /// highest version Lance's own pre-write listing (the dataset's handler) showed; `put_lost`:
-    /// the manifest write itself lost (rather than Lance seeing the new head before writing).
+    /// Another writer took the version first; nothing of ours was written. `dataset_saw`: the
+    /// highest version Lance's own pre-write listing (the dataset's handler) showed; `exists`: a
+    /// version past our head known to exist (the one a lost put met, the one Lance's rebase or
+    /// listing reached), for the next attempt to stand on; `put_lost`: the manifest write itself lost
+    /// (rather than Lance seeing the new head before writing).
     LostRace {
         dataset_saw: u64,
+        exists: Option<u64>,
         put_lost: bool,
     },
 }
 
-/// Hand the lowered operation to Lance with a handler that accepts only `head + 1`, carrying our
-/// encoded actions and the attempt history. Records the attempt in `report`.
+/// Hand the lowered operation to Lance with a handler that accepts only `head + 1` (or, for an
+/// operation Lance rebases exactly as we do, a later version whose writers our driver admits at the
+/// write), carrying our encoded actions and the attempt history. Records the attempt in `report`.
 async fn write_attempt(
-    fixed: &Fixed,
+    fixed: &Arc<Fixed>,
     latest: &Arc<Dataset>,
-    txn: &ActionTxn,
+    txn: ActionTxn,
     op: lance::dataset::transaction::Operation,
     mut entry: AttemptReport,
+    state: &mut LoopState,
     report: &mut CommitReport,
 ) -> CommitResult<Written> {
     debug_assert!(matches!(entry.verdict, Verdict::Ok), "only an Ok verdict is written");
@@ -576,27 +672,37 @@ async fn write_attempt(
     );
     let head = latest.manifest().version;
     let mut props = fixed.properties.clone();
-    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(txn));
+    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(&txn));
     props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
+    let eligible = JudgeAtWrite::eligible(fixed, &op);
     let lance_txn = TransactionBuilder::new(head, op)
         .uuid(fixed.uuid.clone())
         .tag(fixed.tag.clone())
         .transaction_properties(Some(Arc::new(props)))
         .build();
-    let handler = Arc::new(ExpectVersion::new(fixed.inner.handler.clone(), head + 1));
+    let mut handler = ExpectVersion::new(fixed.inner.handler.clone(), head + 1);
+    let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, state) } else { None };
+    if let Some(judge) = &judge {
+        handler = handler.with_rejudge(judge.clone());
+    }
+    let handler = Arc::new(handler);
     crate::crash::point("before-lance-commit");
     let result = CommitBuilder::new(latest.clone())
         .with_commit_handler(handler.clone())
         .with_max_retries(0)
         .execute(lance_txn)
         .await;
+    if let Some(judge) = judge {
+        entry.at_write = judge.give_back(state).await.map(Box::new);
+    }
     let record = handler.record();
     entry.write = Some(record.clone());
     report.attempts.push(entry);
     match (result, record) {
         (Ok(ds), _) => Ok(Written::Landed(Box::new(ds))),
-        (Err(_), WriteRecord::Written { version }) => {
+        (Err(_), written) if written.written().is_some() => {
             // Written, but Lance failed afterwards (for example reading it back): it landed.
+            let version = written.written().unwrap_or(head + 1);
             let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
             Ok(Written::Landed(Box::new(ds)))
         }
@@ -607,23 +713,171 @@ async fn write_attempt(
         }
         // Lance built version `asked`: its listing saw `asked - 1` as the head.
         (Err(_), WriteRecord::Refused { asked }) => {
-            Ok(Written::LostRace { dataset_saw: asked.saturating_sub(1), put_lost: false })
+            let saw = asked.saturating_sub(1);
+            Ok(Written::LostRace { dataset_saw: saw, exists: (saw > head).then_some(saw), put_lost: false })
         }
-        (Err(_), WriteRecord::LostRace) => Ok(Written::LostRace { dataset_saw: head, put_lost: true }),
-        // Lance's own rebase saw a peer landing between our read and its commit.
+        (Err(_), WriteRecord::LostRace) => {
+            Ok(Written::LostRace { dataset_saw: head, exists: Some(head + 1), put_lost: true })
+        }
+        // Lance's own rebase saw a peer landing between our read and its commit: the version it
+        // names landed.
         (
-            Err(
-                lance::Error::RetryableCommitConflict { .. }
-                | lance::Error::IncompatibleTransaction { .. }
-                | lance::Error::CommitConflict { .. },
-            ),
+            Err(lance::Error::RetryableCommitConflict { version, .. } | lance::Error::CommitConflict { version, .. }),
             WriteRecord::NotAttempted,
-        ) => Ok(Written::LostRace { dataset_saw: head, put_lost: false }),
+        ) => Ok(Written::LostRace { dataset_saw: head, exists: (version > head).then_some(version), put_lost: false }),
+        (Err(lance::Error::IncompatibleTransaction { .. }), WriteRecord::NotAttempted) => {
+            Ok(Written::LostRace { dataset_saw: head, exists: None, put_lost: false })
+        }
         (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
             uuid: fixed.uuid.clone(),
             message: format!("{message}; lance: {e}"),
         }),
         (Err(e), _) => Err(lance_err("committing")(e)),
+    }
+}
+
+/// Our driver, lent to the manifest write (`design/commit.md`, "Judged at the write").
+///
+/// When writers land between our head and Lance's pre-write listing, Lance rebases our operation
+/// over them itself and builds the manifest past the version we judged. For an append that rebase
+/// changes nothing but the read version, and the manifest is what our next attempt would build on
+/// the same head. So rather than refuse it and pay a whole attempt (listing, head, peers, a second
+/// build and transaction file), the wrapper asks this judge: it reads the writers in between (Lance
+/// has just read them, into the session's cache), judges our actions against them with our driver,
+/// and admits the manifest only when the verdict is Ok, our actions came through unchanged, no
+/// writer carries our uuid, and the transaction Lance built is ours but for its read version.
+/// Anything else refuses, and the next attempt judges as always, with the peers read here.
+struct JudgeAtWrite {
+    fixed: Arc<Fixed>,
+    /// The head the attempt judged up to.
+    judged_at: Arc<Dataset>,
+    /// Our actions as the attempt rebased and lowered them.
+    lowered: ActionTxn,
+    /// The transaction we handed Lance, as Lance encodes it.
+    handed: lance_table::format::pb::Transaction,
+    /// The loop's peers and deletion facts, lent for the write and given back after.
+    lent: tokio::sync::Mutex<Lent>,
+}
+
+struct Lent {
+    log: Option<PeerLog>,
+    facts: DeletionFacts,
+    outcome: Option<AtWriteReport>,
+}
+
+impl std::fmt::Debug for JudgeAtWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JudgeAtWrite").field("judged_at", &self.judged_at.manifest().version).finish()
+    }
+}
+
+impl JudgeAtWrite {
+    /// Only an append, whose rebase Lance performs exactly as ours (it re-numbers the new fragments
+    /// at the manifest build and changes nothing in the transaction), written through the dataset's
+    /// own handler, by a loop that judges its peers itself.
+    fn eligible(fixed: &Fixed, op: &lance::dataset::transaction::Operation) -> bool {
+        matches!(op, lance::dataset::transaction::Operation::Append { .. }) && fixed.inner.stands_on_known_heads(fixed)
+    }
+
+    fn lend(
+        fixed: &Arc<Fixed>,
+        latest: &Arc<Dataset>,
+        lowered: ActionTxn,
+        handed: &Transaction,
+        state: &mut LoopState,
+    ) -> Option<Arc<Self>> {
+        // A transaction Lance cannot encode is not one it will hand the handler either.
+        let handed = lance_table::format::pb::Transaction::try_from(handed).ok()?;
+        let read_version = state.log.read_version;
+        let lent = Lent {
+            log: Some(std::mem::replace(&mut state.log, PeerLog::new(read_version))),
+            facts: std::mem::take(&mut state.facts),
+            outcome: None,
+        };
+        Some(Arc::new(Self {
+            fixed: fixed.clone(),
+            judged_at: latest.clone(),
+            lowered,
+            handed,
+            lent: tokio::sync::Mutex::new(lent),
+        }))
+    }
+
+    /// Put the peers and facts (grown by what the write judged) back into the loop's state; the
+    /// judgement at the write, when there was one.
+    async fn give_back(&self, state: &mut LoopState) -> Option<AtWriteReport> {
+        let mut lent = self.lent.lock().await;
+        if let Some(log) = lent.log.take() {
+            state.log = log;
+        }
+        state.facts = std::mem::take(&mut lent.facts);
+        lent.outcome.take()
+    }
+
+    /// Is `transaction` (Lance's rebase of ours) exactly what we handed Lance, read version aside?
+    fn unchanged_by_lance(&self, transaction: Option<&lance_table::format::Transaction>) -> bool {
+        let Some(theirs) = transaction else { return false };
+        let mut theirs = theirs.inner.clone();
+        theirs.read_version = self.handed.read_version;
+        theirs == self.handed
+    }
+
+    async fn judge(&self, lent: &mut Lent, head_version: u64) -> CommitResult<AtWriteReport> {
+        let log = lent
+            .log
+            .as_mut()
+            .ok_or_else(|| lance_err("judging at the write")(lance::Error::internal("no peers lent")))?;
+        let head = Arc::new(
+            self.judged_at.checkout_version(head_version).await.map_err(lance_err("reading the latest version"))?,
+        );
+        log.catch_up(&head).await?;
+        if log.landed(&self.fixed.uuid).is_some() {
+            // An earlier run of this transaction landed: the loop's next attempt reports it.
+            let reason = lance_actions::Reason {
+                rule: lance_actions::Rule::HeadMoved,
+                ours: lance_actions::ActionKind::TxnContext,
+                peer_version: log.landed(&self.fixed.uuid),
+                peer_action: None,
+                path: None,
+                detail: "a version past the judged head carries this transaction's uuid".into(),
+            };
+            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict: Verdict::Retry(reason) });
+        }
+        let mut txn = self.fixed.ours.clone();
+        lent.facts.load_more(&head, &self.fixed.base, &txn, &log.peers).await?;
+        verify_declared_rows(&mut txn, &self.fixed.base, &lent.facts);
+        let head_state = table_state(&head).await?;
+        let inputs = Inputs { base: &self.fixed.base, head: Some(&head_state), peers: &log.peers, facts: &lent.facts };
+        let (mut verdict, peers) = resolve_prepared(&mut txn, &self.fixed.prepared, &inputs);
+        if verdict.is_ok() && txn != self.lowered {
+            // Ours would be lowered differently on this head: the next attempt does that.
+            verdict = Verdict::Retry(lance_actions::Reason {
+                rule: lance_actions::Rule::HeadMoved,
+                ours: lance_actions::ActionKind::TxnContext,
+                peer_version: Some(head_version),
+                peer_action: None,
+                path: None,
+                detail: "the writers since the judged head change how this transaction is lowered".into(),
+            });
+        }
+        Ok(AtWriteReport { head: head_version, peers, verdict })
+    }
+}
+
+#[async_trait::async_trait]
+impl Rejudge for JudgeAtWrite {
+    async fn admits(&self, asked: u64, transaction: Option<&lance_table::format::Transaction>) -> bool {
+        let judged = self.judged_at.manifest().version;
+        debug_assert!(asked > judged + 1, "asked only past the expected version");
+        if !self.unchanged_by_lance(transaction) {
+            return false;
+        }
+        let mut lent = self.lent.lock().await;
+        // An error reading the writers refuses; the next attempt reads them again and reports it.
+        let Ok(outcome) = self.judge(&mut lent, asked - 1).await else { return false };
+        let admitted = outcome.verdict.is_ok();
+        lent.outcome = Some(outcome);
+        admitted
     }
 }
 

@@ -6,6 +6,11 @@
 //! Lance would rebase us over a peer our driver never saw. This wrapper refuses to write any manifest
 //! whose version is not `checked head + 1`: then nothing lands, and our loop re-reads and re-checks.
 //!
+//! A loop may lend the wrapper a [`Rejudge`]: when Lance's own pre-write listing found writers that
+//! landed after our head and Lance built the manifest past them, the wrapper asks it whether our
+//! driver admits those writers too, and lets the manifest through only then (`design/commit.md`,
+//! "Judged at the write").
+//!
 //! Lance reports the refusal as an ambiguous outcome ("commit status unknown"), so the wrapper
 //! records what happened; the caller reads that record to know definitively whether the manifest
 //! was written.
@@ -33,20 +38,59 @@ pub enum WriteRecord {
     LostRace,
     /// The manifest was written.
     Written { version: u64 },
+    /// Lance built the manifest past the version we checked up to, our driver admitted every writer
+    /// in between ([`Rejudge`]), and the manifest was written.
+    WrittenAfterRejudging { version: u64 },
     /// The write failed with an error whose effect is unknown.
     Failed { message: String },
+}
+
+impl WriteRecord {
+    /// The version written, when one was.
+    pub fn written(&self) -> Option<u64> {
+        match self {
+            WriteRecord::Written { version } | WriteRecord::WrittenAfterRejudging { version } => Some(*version),
+            _ => None,
+        }
+    }
+}
+
+/// Judges, at the manifest write, the writers that landed between the version a loop checked up to
+/// and the one Lance's pre-write listing reached.
+#[async_trait::async_trait]
+pub trait Rejudge: Send + Sync + std::fmt::Debug {
+    /// Lance built manifest `asked` (its listing saw `asked - 1` as the head) from `transaction`, its
+    /// rebase of ours (`None` when Lance does not hand it over). True only when the writers up to
+    /// `asked - 1` leave our transaction exactly as it stands: then the manifest may land.
+    async fn admits(&self, asked: u64, transaction: Option<&Transaction>) -> bool;
 }
 
 #[derive(Debug)]
 pub struct ExpectVersion {
     inner: Arc<dyn CommitHandler>,
     expected: u64,
+    rejudge: Option<Arc<dyn Rejudge>>,
     record: Mutex<WriteRecord>,
+}
+
+/// What the wrapper decided about a manifest Lance handed it.
+enum Gate {
+    /// The version we checked up to, plus one.
+    Expected,
+    /// Past it, and the writers in between were judged and admitted.
+    Rejudged,
+    Refused(CommitError),
 }
 
 impl ExpectVersion {
     pub fn new(inner: Arc<dyn CommitHandler>, expected: u64) -> Self {
-        Self { inner, expected, record: Mutex::new(WriteRecord::NotAttempted) }
+        Self { inner, expected, rejudge: None, record: Mutex::new(WriteRecord::NotAttempted) }
+    }
+
+    /// Ask `rejudge` about a manifest past the expected version instead of refusing it outright.
+    pub fn with_rejudge(mut self, rejudge: Arc<dyn Rejudge>) -> Self {
+        self.rejudge = Some(rejudge);
+        self
     }
 
     pub fn record(&self) -> WriteRecord {
@@ -59,19 +103,29 @@ impl ExpectVersion {
         }
     }
 
-    fn note(&self, result: &Result<ManifestLocation, CommitError>, version: u64) {
+    fn note(&self, result: &Result<ManifestLocation, CommitError>, version: u64, gate: &Gate) {
         self.set(match result {
+            Ok(_) if matches!(gate, Gate::Rejudged) => WriteRecord::WrittenAfterRejudging { version },
             Ok(_) => WriteRecord::Written { version },
             Err(CommitError::CommitConflict) => WriteRecord::LostRace,
             Err(CommitError::OtherError(e)) => WriteRecord::Failed { message: e.to_string() },
         });
     }
 
-    fn refuse(&self, manifest: &Manifest) -> Option<CommitError> {
-        (manifest.version != self.expected).then(|| {
-            self.set(WriteRecord::Refused { asked: manifest.version });
-            CommitError::CommitConflict
-        })
+    /// Only `expected`, or a later version the rejudge admits. Lance builds versions in order, so a
+    /// version below `expected` means a listing behind ours: refused without asking.
+    async fn gate(&self, manifest: &Manifest, transaction: Option<&Transaction>) -> Gate {
+        if manifest.version == self.expected {
+            return Gate::Expected;
+        }
+        if manifest.version > self.expected
+            && let Some(rejudge) = &self.rejudge
+            && rejudge.admits(manifest.version, transaction).await
+        {
+            return Gate::Rejudged;
+        }
+        self.set(WriteRecord::Refused { asked: manifest.version });
+        Gate::Refused(CommitError::CommitConflict)
     }
 }
 
@@ -148,7 +202,8 @@ impl CommitHandler for ExpectVersion {
         naming_scheme: ManifestNamingScheme,
         transaction: Option<Transaction>,
     ) -> Result<ManifestLocation, CommitError> {
-        if let Some(refusal) = self.refuse(manifest) {
+        let gate = self.gate(manifest, transaction.as_ref()).await;
+        if let Gate::Refused(refusal) = gate {
             return Err(refusal);
         }
         let version = manifest.version;
@@ -160,7 +215,7 @@ impl CommitHandler for ExpectVersion {
         if result.is_ok() {
             crate::crash::point("after-manifest");
         }
-        self.note(&result, version);
+        self.note(&result, version, &gate);
         result
     }
 
@@ -196,7 +251,8 @@ impl CommitHandler for ExpectVersion {
         transaction: Option<Transaction>,
         predecessor: &PredecessorIdentity,
     ) -> Result<ManifestLocation, CommitError> {
-        if let Some(refusal) = self.refuse(manifest) {
+        let gate = self.gate(manifest, transaction.as_ref()).await;
+        if let Gate::Refused(refusal) = gate {
             return Err(refusal);
         }
         let version = manifest.version;
@@ -217,7 +273,7 @@ impl CommitHandler for ExpectVersion {
         if result.is_ok() {
             crate::crash::point("after-manifest");
         }
-        self.note(&result, version);
+        self.note(&result, version, &gate);
         result
     }
 

@@ -41,14 +41,24 @@ pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<
     }
     let mut out = Vec::with_capacity((head - read_version) as usize);
     for version in read_version + 1..=head {
-        let txn = latest
-            .read_transaction_by_version(version)
+        let txn = transaction_of(latest, version)
             .await
             .lance(format!("reading the transaction of version {version}"))?
             .ok_or(Error::MissingTransaction { version })?;
         out.push((version, txn));
     }
     Ok(out)
+}
+
+/// One version's transaction, read through that version's own handle: the session's cache then
+/// serves it when Lance has just read it (Lance's commit caches every transaction its pre-write
+/// listing loads, and every one it commits), where `read_transaction_by_version` reads storage
+/// each time.
+async fn transaction_of(latest: &Dataset, version: u64) -> lance::Result<Option<Transaction>> {
+    if version == latest.manifest().version {
+        return latest.read_transaction().await;
+    }
+    latest.checkout_version(version).await?.read_transaction().await
 }
 
 /// Committed transactions as driver peers.

@@ -1,0 +1,120 @@
+//! An attempt stands on a version already known, and writers that Lance's own pre-write listing
+//! finds past it are judged at the manifest write (`design/commit.md`, "One listing per attempt:
+//! Lance's" and "Judged at the write"). Every test checks the table's rows, not only the report.
+
+use std::collections::BTreeSet;
+
+use lance::dataset::CommitBuilder;
+use lance_actions_commit::DatasetActionsExt;
+use lance_actions_commit::expect_version::WriteRecord;
+use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete};
+
+use crate::support::{latest, scan_ids};
+
+fn ids(range: std::ops::Range<i64>) -> Vec<i64> {
+    range.collect()
+}
+
+#[tokio::test]
+async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    let theirs = stage_append(&stale, "a", &ids(100..104)).await.expect("stage theirs");
+    let ours = stage_append(&stale, "b", &ids(200..203)).await.expect("stage ours");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+    assert_eq!(report.listings(), 0, "Lance's listing was the only one");
+    let attempt = &report.attempts[0];
+    assert_eq!(attempt.head, v, "the attempt stood on the caller's handle");
+    assert_eq!(attempt.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let at_write = attempt.at_write.as_ref().expect("judged at the write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
+    assert!(at_write.verdict.is_ok());
+    assert_eq!(report.peers_checked(), 1);
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 4 + 3, "every row once");
+    assert!(ids(100..104).iter().chain(&ids(200..203)).all(|i| seen.contains(i)));
+}
+
+#[tokio::test]
+async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    let staged = stage_append(&stale, "a", &ids(100..105)).await.expect("stage");
+    // The same staged transaction (same uuid) landed once already, its answer lost to the caller.
+    CommitBuilder::new(stale.clone()).execute(staged.txn.clone()).await.expect("first run lands");
+    let (landed, report) = stale.action_commit().execute(staged.txn).await.expect("the re-run reports the landing");
+    assert_eq!(landed.manifest().version, v + 1, "recognised as ours, no new version");
+    let refused = &report.attempts[0];
+    assert_eq!(refused.write, Some(WriteRecord::Refused { asked: v + 2 }));
+    assert!(!refused.at_write.as_ref().expect("judged at the write").verdict.is_ok());
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, v + 1);
+    assert_eq!(scan_ids(&head).await.1, 32 + 5, "the rows are there once");
+}
+
+#[tokio::test]
+async fn a_delete_behind_a_landed_append_stands_on_the_head_lance_saw() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    let theirs = stage_append(&stale, "a", &ids(100..102)).await.expect("stage theirs");
+    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    // A delete is not judged at the write: refused there, then judged on the head Lance reached,
+    // which the second attempt reads without a listing of ours.
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_eq!(report.listings(), 0);
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::Refused { asked: v + 2 }));
+    assert!(report.attempts[0].at_write.is_none());
+    assert_eq!((report.attempts[1].head, report.attempts[1].peers.len()), (v + 1, 1));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 2 - 1);
+    assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
+}
+
+#[tokio::test]
+async fn a_caller_that_judged_up_to_its_read_version_still_lists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri).await.expect("sample");
+    let staged = stage_append(&ds, "a", &ids(100..101)).await.expect("stage");
+    let (_, report) = ds.action_commit().judged_up_to_read_version().execute(staged.txn).await.expect("lands");
+    assert_eq!(report.listings(), 1, "a judged commit must learn of any writer before it writes");
+    assert_eq!(scan_ids(&*latest(&uri).await).await.1, 33);
+}
+
+/// Eight writers append from one stale handle, all at once: every row lands once, whichever way
+/// each commit got there (at the write, or by another attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_appends_from_a_stale_handle_each_land_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let mut tasks = Vec::new();
+    for w in 0..8_i64 {
+        let ds = stale.clone();
+        tasks.push(tokio::spawn(async move {
+            let rows = ids(1000 + w * 10..1000 + w * 10 + 3);
+            let staged = stage_append(&ds, &format!("w{w}"), &rows).await.expect("stage");
+            ds.action_commit().with_max_attempts(40).execute(staged.txn).await.map(|(_, r)| r)
+        }));
+    }
+    let mut versions = BTreeSet::new();
+    for t in tasks {
+        let report = t.await.expect("task").expect("every append lands");
+        assert!(versions.insert(report.version), "two commits reported one version");
+    }
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 8 * 3, "every row exactly once");
+    assert!((0..8).all(|w| (0..3).all(|i| seen.contains(&(1000 + w * 10 + i)))));
+}
