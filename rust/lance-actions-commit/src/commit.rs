@@ -643,9 +643,9 @@ enum Written {
     Landed(Box<Dataset>),
     /// Another writer took the version first; nothing of ours was written. `dataset_saw`: the
     /// highest version Lance's own pre-write listing (the dataset's handler) showed; `exists`: a
-    /// version past our head known to exist (the one a lost put met, the one Lance's rebase or
-    /// listing reached), for the next attempt to stand on; `put_lost`: the manifest write itself lost
-    /// (rather than Lance seeing the new head before writing).
+    /// version known to exist for the next attempt to stand on (the one a lost put met, or for an
+    /// append the head it stood on; the one Lance's rebase or listing reached); `put_lost`: the
+    /// manifest write itself lost (rather than Lance seeing the new head before writing).
     LostRace {
         dataset_saw: u64,
         exists: Option<u64>,
@@ -717,7 +717,11 @@ async fn write_attempt(
             Ok(Written::LostRace { dataset_saw: saw, exists: (saw > head).then_some(saw), put_lost: false })
         }
         (Err(_), WriteRecord::LostRace) => {
-            Ok(Written::LostRace { dataset_saw: head, exists: Some(head + 1), put_lost: true })
+            // The put met version `head + 1` (or the one the judgement at the write admitted). An
+            // append stands where it stood and lets Lance's next listing find that writer, which it
+            // then judges at the write from what Lance has just read; anything else reads it itself.
+            let exists = if eligible { head } else { head + 1 };
+            Ok(Written::LostRace { dataset_saw: head, exists: Some(exists), put_lost: true })
         }
         // Lance's own rebase saw a peer landing between our read and its commit: the version it
         // names landed.
