@@ -1,14 +1,15 @@
-//! Real concurrent writers on one dataset: 8 threads, and separately 4 OS processes, each committing
-//! 50 times through the action driver, mixing keyed inserts, upserts, deletes on disjoint
+//! Real concurrent writers on one dataset: 8 threads committing 30 times each, and separately 4 OS
+//! processes committing 50 times each, through the action driver, mixing keyed inserts, upserts, deletes on disjoint
 //! fragments, on one fragment with disjoint rows and with overlapping rows, compaction, index
 //! creation and config updates. Afterwards a full scan must equal a model built from what each
 //! successful commit did, every version must open and decode, and every Retry must point at a path
 //! its peer really wrote.
 //!
-//! Seeded (`LA_SEED`, default 7) so a failure replays; `LA_COMMITS` sets commits per writer (50). Fifty
-//! is dense enough: every run sees re-executed conflicts from each writer kind (asserted below), and
-//! the first 50 commits already hold every operation kind; more commits only grow the table that
-//! every later operation scans, which made the run take eight minutes at 200.
+//! Seeded (`LA_SEED`, default 7) so a failure replays; `LA_COMMITS` sets commits per writer of both
+//! runs. The thread run's 8 x 30 is dense enough: it must meet Retry or Fail verdicts and land every
+//! operation kind (both asserted), and more commits only make every operation's staging scan longer
+//! and raise the CPU the suite needs (8 x 50 took 49 to 102 s of CPU, by load, the whole suite's
+//! budget being 8 core-minutes). The processes keep 50 each, as in the S3 run.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -37,9 +38,19 @@ use crate::support::scan_ids;
 
 const BASE_ROWS: i64 = 256;
 const CONTESTED: std::ops::Range<i64> = 10_000..10_016;
+/// Writer 0 also runs Lance's compaction after every this many commits of its own (besides the
+/// random `Op::Compact`). It keeps the run's cost linear: every insert, upsert and delete stages by
+/// scanning the table, and each insert and upsert leaves one more small fragment for every later
+/// scan to open, so with compaction only at random (4% of writer 0's ops) the cost of an operation
+/// grew with the run.
+const COMPACT_EVERY: usize = 10;
 
-fn commits_per_writer() -> usize {
-    std::env::var("LA_COMMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(50)
+/// Commits per writer of the thread run and of the process run.
+const THREAD_COMMITS: usize = 30;
+const PROCESS_COMMITS: usize = 50;
+
+fn commits_per_writer(default: usize) -> usize {
+    std::env::var("LA_COMMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn seed() -> u64 {
@@ -56,6 +67,8 @@ struct Log {
     fails: Vec<Reason>,
     /// (peer version, overlapping path as displayed) of every Retry/Fail, for `verify`.
     blamed: Vec<(u64, String)>,
+    /// The kinds of operation that landed (a compaction: that Lance ran it).
+    landed_kinds: BTreeSet<&'static str>,
 }
 
 async fn create_table(uri: &str) -> Arc<Dataset> {
@@ -92,6 +105,21 @@ enum Op {
     Config(String),
     Index,
     Compact,
+}
+
+impl Op {
+    const KINDS: [&'static str; 6] = ["insert", "upsert", "delete", "config", "index", "compact"];
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Op::Insert(_) => "insert",
+            Op::Upsert(_) => "upsert",
+            Op::Delete(_) => "delete",
+            Op::Config(_) => "config",
+            Op::Index => "index",
+            Op::Compact => "compact",
+        }
+    }
 }
 
 /// Stage `op` and commit it through the driver, re-executing from a fresh read on Retry. The first
@@ -203,14 +231,14 @@ async fn stage(
 
 /// One writer's run. Writer `w` owns base rows with `id % writers == w` and inserts ids
 /// `(w + 1) * 1_000_000 + k`; contested ids may be deleted by anyone.
-async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
+async fn writer(uri: String, w: i64, writers: i64, seed: u64, commits: usize) -> Log {
     let mut rng = StdRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut log = Log::default();
     let mut own_base: Vec<i64> = (0..BASE_ROWS).filter(|i| i % writers == w).collect();
     let mut own_inserted: Vec<i64> = Vec::new();
     let mut next = (w + 1) * 1_000_000;
     let session = Arc::new(Session::default());
-    for _ in 0..commits_per_writer() {
+    for n in 0..commits {
         let roll = rng.random_range(0..100);
         let op = match roll {
             0..30 => {
@@ -240,6 +268,9 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
         };
         let stale = if since_v1 { rng.random_range(0..4) } else { 0 };
         let landed = run_op(&uri, &session, &op, stale, &mut log).await;
+        if landed {
+            log.landed_kinds.insert(op.kind());
+        }
         match (&op, landed) {
             (Op::Insert(ids), true) => {
                 log.inserted.extend(ids);
@@ -258,6 +289,9 @@ async fn writer(uri: String, w: i64, writers: i64, seed: u64) -> Log {
             }
             _ => {}
         }
+        if w == 0 && (n + 1) % COMPACT_EVERY == 0 && run_op(&uri, &session, &Op::Compact, 0, &mut log).await {
+            log.landed_kinds.insert(Op::Compact.kind());
+        }
     }
     log
 }
@@ -267,6 +301,7 @@ async fn verify(uri: &str, logs: &[Log]) {
     let ds = open_latest(uri, &Arc::new(Session::default())).await;
     let (ids, total) = scan_ids(&ds).await;
     assert_eq!(total, ids.len(), "duplicate rows");
+    println!("v{}: {} rows in {} fragments", ds.manifest().version, total, ds.get_fragments().len());
     let mut expected: BTreeSet<i64> = (0..BASE_ROWS).chain(CONTESTED).collect();
     for log in logs {
         expected.extend(&log.inserted);
@@ -319,13 +354,18 @@ async fn eight_threads_commit_concurrently_without_losing_or_resurrecting_rows()
     let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
     create_table(&uri).await;
     let writers = 8;
-    let handles: Vec<_> = (0..writers).map(|w| tokio::spawn(writer(uri.clone(), w, writers, seed()))).collect();
+    let commits = commits_per_writer(THREAD_COMMITS);
+    let handles: Vec<_> =
+        (0..writers).map(|w| tokio::spawn(writer(uri.clone(), w, writers, seed(), commits))).collect();
     let mut logs = Vec::new();
     for h in handles {
         logs.push(h.await.expect("writer task"));
     }
     println!("threads (seed {}): {}", seed(), summary(&logs));
-    assert!(logs.iter().all(|l| l.commits >= commits_per_writer() * 9 / 10), "writers starved: {}", summary(&logs));
+    assert!(logs.iter().all(|l| l.commits >= commits * 9 / 10), "writers starved: {}", summary(&logs));
+    let landed: BTreeSet<&str> = logs.iter().flat_map(|l| l.landed_kinds.iter().copied()).collect();
+    let missing: Vec<&str> = Op::KINDS.into_iter().filter(|k| !landed.contains(k)).collect();
+    assert!(missing.is_empty(), "no {missing:?} landed: the run did not mix every operation kind");
     assert_contended(&logs);
     verify(&uri, &logs).await;
 }
@@ -341,7 +381,7 @@ async fn process_writer_child() {
         return;
     };
     let w: i64 = w.parse().expect("writer id");
-    let log = writer(uri, w, 4, seed()).await;
+    let log = writer(uri, w, 4, seed(), commits_per_writer(PROCESS_COMMITS)).await;
     let mut f = std::fs::File::create(out).expect("log file");
     let ids = |s: &BTreeSet<i64>| s.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
     writeln!(f, "{}\n{}\n{}", ids(&log.inserted), ids(&log.deleted), log.commits).expect("write log");
@@ -401,7 +441,8 @@ async fn four_processes_commit_concurrently_without_losing_or_resurrecting_rows(
         });
     }
     println!("processes (seed {}): {}", seed(), summary(&logs));
-    assert!(logs.iter().all(|l| l.commits >= commits_per_writer() * 9 / 10), "writers starved: {}", summary(&logs));
+    let commits = commits_per_writer(PROCESS_COMMITS);
+    assert!(logs.iter().all(|l| l.commits >= commits * 9 / 10), "writers starved: {}", summary(&logs));
     assert_contended(&logs);
     verify(&uri, &logs).await;
 }
