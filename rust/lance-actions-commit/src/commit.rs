@@ -291,7 +291,7 @@ impl ActionCommit {
             let started = Instant::now();
             let latest = self.read_head(&fixed, &state).await?;
             state.known = latest.clone();
-            state.log.catch_up(&latest).await?;
+            state.log.catch_up(&latest, &fixed.at_read.manifest().schema).await?;
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
             if let Some(version) = state.log.landed(&fixed.uuid) {
@@ -449,10 +449,11 @@ impl PeerLog {
         PeerLog { read_version, committed: Vec::new(), peers: Vec::new() }
     }
 
-    async fn catch_up(&mut self, latest: &Dataset) -> CommitResult<()> {
+    /// `schema` is the read version's (see [`peers_of`]).
+    async fn catch_up(&mut self, latest: &Dataset, schema: &lance_core::datatypes::Schema) -> CommitResult<()> {
         let known = self.read_version + self.committed.len() as u64;
         let new = committed_since(latest, known).await?;
-        self.peers.extend(peers_of(&new)?);
+        self.peers.extend(peers_of(&new, schema)?);
         self.committed.extend(new);
         debug_assert_eq!(self.peers.len(), self.committed.len(), "one decoded peer per committed version");
         debug_assert!(

@@ -179,14 +179,11 @@ async fn user_index_built_before_a_stable_partition_lands_translating() {
 /// packed struct of the row `w = 3` (in 11) is rewritten in place. The index lands, withdrawn from
 /// the transition (its rows are scanned), and every answer is right.
 ///
-/// Model bug 15 (open, see `tests/upstream/README.md`): both resolvers admit the index, but our
-/// rebase does not withdraw it, so it lands claiming {0, 1} and would answer `s.x = 3` from the
-/// stale values. The rewrite's `fields_modified` names the parent `s` (field 2), the index the
-/// child `x` (field 3); Lance expands a rewritten field to its descendants through the schema
-/// (`Transaction::with_descendants`), while our masks are schema-free, so the update's
-/// `InvalidateIndexCoverage` never reaches the `AddIndex` rebase.
+/// Model bug 15 (fixed, see `tests/upstream/README.md`): the rewrite's `fields_modified` names the
+/// parent `s` (field 2), the index the child `x` (field 3). The commit layer now fills the update's
+/// `InvalidateIndexCoverage` with the descendants of `s` in the read version's schema, so it
+/// reaches the `AddIndex` rebase and withdraws the lineage, as Lance's resolver does.
 #[tokio::test]
-#[ignore = "model bug 15: an in-place rewrite of a packed struct does not withdraw an index on its child"]
 async fn child_index_built_before_a_packed_parent_rewrite_lands_withdrawn() {
     use arrow_array::{ArrayRef, StructArray};
     use arrow_schema::Fields;
