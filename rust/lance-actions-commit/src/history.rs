@@ -7,8 +7,8 @@
 
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
-use lance_core::datatypes::Schema;
 use lance_actions::{ActionTxn, Peer, codec, lift};
+use lance_core::datatypes::Schema;
 
 use crate::error::{Error, LanceContext, Result};
 

@@ -1303,35 +1303,13 @@ fn v0_entry(
     v0_entry_of(versions, bitmap, stamp)
 }
 
-/// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
-/// fragments), stamped `stamp`: the public protobuf form of what Lance's crate-private
-/// `build_frag_reuse_index_metadata` builds.
+/// A v0 fragment-reuse entry holding `versions` inline (`scenario::reuse::v0_entry`).
 fn v0_entry_of(
     versions: Vec<lance_table::format::pb::fragment_reuse_index_details::Version>,
     bitmap: RoaringBitmap,
     stamp: u64,
 ) -> IndexMetadata {
-    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
-    use lance_table::format::pb::fragment_reuse_index_details::{Content, InlineContent};
-    use prost::Message;
-    let details =
-        Details { content: Some(Content::Inline(InlineContent { legacy_versions: versions, transitions: vec![] })) };
-    IndexMetadata {
-        uuid: uuid::Uuid::new_v4(),
-        name: FRAG_REUSE_INDEX_NAME.to_string(),
-        fields: vec![],
-        covering_fields: vec![],
-        dataset_version: stamp,
-        fragment_bitmap: Some(bitmap),
-        index_details: Some(Arc::new(prost_types::Any {
-            type_url: "/lance.table.FragmentReuseIndexDetails".into(),
-            value: details.encode_to_vec(),
-        })),
-        index_version: 0,
-        created_at: None,
-        base_id: None,
-        files: None,
-    }
+    lance_actions_commit::scenario::reuse::v0_entry(versions, bitmap, stamp)
 }
 
 /// Upstream's `legacy_version`: a v0 version stamped `stamp` whose one group moved the four rows
@@ -1490,7 +1468,8 @@ async fn hand_v0_compaction(ds: &Dataset, source: u64, dest: u64, history: Vec<V
         num_deleted_rows: 0,
     };
     let mut bitmap = RoaringBitmap::from_iter([dest as u32]);
-    bitmap.extend(history.iter().flat_map(|v| v.groups.iter().flat_map(|g| g.new_fragments.iter().map(|d| d.id as u32))));
+    bitmap
+        .extend(history.iter().flat_map(|v| v.groups.iter().flat_map(|g| g.new_fragments.iter().map(|d| d.id as u32))));
     let mut versions = history;
     versions.push(Version {
         dataset_version: ds.manifest().version,

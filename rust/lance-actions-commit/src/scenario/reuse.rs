@@ -34,8 +34,8 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use uuid::Uuid;
 
 use super::{
-    FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, create_sample, index_on, provide_sample_files,
-    stage_append, stage_delete, staged, write_params,
+    FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, create_sample, index_on,
+    provide_sample_files, stage_append, stage_delete, staged, write_params,
 };
 use crate::error::{Error, LanceContext, Result};
 
@@ -109,7 +109,9 @@ async fn tagged_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<
     let transition = Transition {
         sources: vec![digest(&old)],
         destinations: vec![digest(&new)],
-        mapping: Some(transition::Mapping::OrderedCompaction(OrderedCompaction { changed_row_addrs: row_addrs(&old)? })),
+        mapping: Some(transition::Mapping::OrderedCompaction(OrderedCompaction {
+            changed_row_addrs: row_addrs(&old)?,
+        })),
     };
     let entry = lance::index::frag_reuse::frag_reuse_entry_appending(ds, vec![transition])
         .await
@@ -128,26 +130,34 @@ fn rewrite(old: Fragment, new: Fragment, entry: Option<IndexMetadata>) -> Operat
 /// A deferred compaction of fragment `source` into `dest` on an untagged table: the v0 entry
 /// Lance's compaction installs (one legacy version, inline), as the public protobuf types build it.
 async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<Operation> {
-    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
-    use prost::Message;
     let old = fragment(ds, source)?;
     let new = copy_of(ds, &old, dest).await?;
     let version = ds.manifest().version;
-    let group =
-        Group { changed_row_addrs: row_addrs(&old)?, old_fragments: vec![digest(&old)], new_fragments: vec![digest(&new)] };
-    let details = Details {
-        content: Some(Content::Inline(InlineContent {
-            legacy_versions: vec![Version { dataset_version: version, groups: vec![group] }],
-            transitions: vec![],
-        })),
+    let group = Group {
+        changed_row_addrs: row_addrs(&old)?,
+        old_fragments: vec![digest(&old)],
+        new_fragments: vec![digest(&new)],
     };
-    let entry = IndexMetadata {
+    let versions = vec![Version { dataset_version: version, groups: vec![group] }];
+    let entry = v0_entry(versions, RoaringBitmap::from_iter([dest as u32]), version);
+    Ok(rewrite(old, new, Some(entry)))
+}
+
+/// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
+/// fragments), stamped `stamp`: the public protobuf form of what Lance's crate-private
+/// `build_frag_reuse_index_metadata` builds for an entry under the inline limit.
+pub fn v0_entry(versions: Vec<Version>, bitmap: RoaringBitmap, stamp: u64) -> IndexMetadata {
+    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
+    use prost::Message;
+    let details =
+        Details { content: Some(Content::Inline(InlineContent { legacy_versions: versions, transitions: vec![] })) };
+    IndexMetadata {
         uuid: Uuid::new_v4(),
         name: FRAG_REUSE_INDEX_NAME.to_string(),
         fields: vec![],
         covering_fields: vec![],
-        dataset_version: version,
-        fragment_bitmap: Some(RoaringBitmap::from_iter([dest as u32])),
+        dataset_version: stamp,
+        fragment_bitmap: Some(bitmap),
         index_details: Some(Arc::new(prost_types::Any {
             type_url: "/lance.table.FragmentReuseIndexDetails".into(),
             value: details.encode_to_vec(),
@@ -156,8 +166,7 @@ async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<Oper
         created_at: None,
         base_id: None,
         files: None,
-    };
-    Ok(rewrite(old, new, Some(entry)))
+    }
 }
 
 fn named(table: &str, mut s: Staged) -> Staged {

@@ -193,7 +193,13 @@ mod case_tests {
         assert_eq!(inv.describe(), "fields [1] (nested [2, 3]) on fragments [1]");
 
         let child_index = |fragments: &[u32]| AddIndex {
-            index: crate::samples::index_on(uuid::Uuid::from_u128(7), "x_idx", 2, 1, fragments.iter().copied().collect()),
+            index: crate::samples::index_on(
+                uuid::Uuid::from_u128(7),
+                "x_idx",
+                2,
+                1,
+                fragments.iter().copied().collect(),
+            ),
         };
         let ours = txn(OperationKind::CreateIndex, vec![child_index(&[0, 1]).into()]);
         let peers = [Peer::new(2, txn(OperationKind::Update, vec![inv.clone().into()]))];
@@ -203,7 +209,8 @@ mod case_tests {
         assert_eq!(resolved.txn.actions, vec![child_index(&[0]).into()], "fragment 1 is withdrawn");
 
         // Unfilled (no schema at hand), the criterion covers `s` alone and the child index keeps 1.
-        let unfilled = [Peer::new(2, txn(OperationKind::Update, vec![InvalidateIndexCoverage::new(vec![1], vec![1]).into()]))];
+        let unfilled =
+            [Peer::new(2, txn(OperationKind::Update, vec![InvalidateIndexCoverage::new(vec![1], vec![1]).into()]))];
         let resolved = resolve(&ours, &Inputs { base: &base, head: None, peers: &unfilled, facts: &NoFacts });
         assert_eq!(resolved.txn.actions, vec![child_index(&[0, 1]).into()]);
     }
