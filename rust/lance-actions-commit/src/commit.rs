@@ -313,7 +313,7 @@ impl ActionCommit {
             let started = Instant::now();
             let (latest, listed) = self.head_for_attempt(&fixed, &state).await?;
             state.known = latest.clone();
-            state.log.catch_up(&latest).await?;
+            state.log.catch_up(&latest, &fixed.at_read.manifest().schema).await?;
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
             if let Some(version) = state.log.landed(&fixed.uuid) {
@@ -536,10 +536,11 @@ impl PeerLog {
         self.read_version + self.committed.len() as u64
     }
 
-    async fn catch_up(&mut self, latest: &Dataset) -> CommitResult<()> {
+    /// `schema` is the read version's (see [`peers_of`]).
+    async fn catch_up(&mut self, latest: &Dataset, schema: &lance_core::datatypes::Schema) -> CommitResult<()> {
         let known = self.reach();
         let new = committed_since(latest, known).await?;
-        self.peers.extend(peers_of(&new)?);
+        self.peers.extend(peers_of(&new, schema)?);
         self.committed.extend(new);
         debug_assert_eq!(self.peers.len(), self.committed.len(), "one decoded peer per committed version");
         debug_assert!(
@@ -834,7 +835,7 @@ impl JudgeAtWrite {
         let head = Arc::new(
             self.judged_at.checkout_version(head_version).await.map_err(lance_err("reading the latest version"))?,
         );
-        log.catch_up(&head).await?;
+        log.catch_up(&head, &self.fixed.at_read.manifest().schema).await?;
         if log.landed(&self.fixed.uuid).is_some() {
             // An earlier run of this transaction landed: the loop's next attempt reports it.
             let reason = lance_actions::Reason {

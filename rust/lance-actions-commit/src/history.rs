@@ -8,6 +8,7 @@
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance_actions::{ActionTxn, Peer, codec, lift};
+use lance_core::datatypes::Schema;
 
 use crate::error::{Error, LanceContext, Result};
 
@@ -61,14 +62,17 @@ async fn transaction_of(latest: &Dataset, version: u64) -> lance::Result<Option<
     latest.checkout_version(version).await?.read_transaction().await
 }
 
-/// Committed transactions as driver peers.
-pub fn peers_of(committed: &[(u64, Transaction)]) -> Result<Vec<Peer>> {
+/// Committed transactions as driver peers. `schema` is the read version's: a rewritten field's
+/// descendants in it are rewritten with it (a packed struct), so each peer's coverage
+/// invalidation names them too (model bug 15, `tests/upstream/README.md`). The read version's
+/// schema, not the head's, keeps a peer decoded once valid for every attempt of a commit.
+pub fn peers_of(committed: &[(u64, Transaction)], schema: &Schema) -> Result<Vec<Peer>> {
     committed
         .iter()
         .map(|(version, txn)| {
-            actions_of(txn)
-                .map(|t| Peer::new(*version, trusted(t)))
-                .map_err(|source| Error::PeerActions { version: *version, source })
+            let mut actions = actions_of(txn).map_err(|source| Error::PeerActions { version: *version, source })?;
+            actions.fill_nested_fields(schema);
+            Ok(Peer::new(*version, trusted(actions)))
         })
         .collect()
 }

@@ -102,7 +102,7 @@ pub async fn judge_against(
     staged: &Transaction,
     affected_rows: Option<&RowAddrTreeMap>,
 ) -> Result<Judgement> {
-    let peers = peers_of(committed)?;
+    let peers = peers_of(committed, &at_read.manifest().schema)?;
     let mut ours = actions_of(staged).map_err(|source| Error::Model { source })?;
     attach_affected_rows(&mut ours, affected_rows);
     attach_restore_targets(&mut ours, latest).await;

@@ -26,6 +26,8 @@ use uuid::Uuid;
 
 use crate::error::{LanceContext, Result};
 
+pub mod reuse;
+
 /// Rows per fragment of the sample table.
 pub const ROWS_PER_FRAGMENT: i64 = 8;
 /// Fragments of the sample table.

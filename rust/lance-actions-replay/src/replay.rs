@@ -360,6 +360,8 @@ impl Session {
             return Ok(None);
         }
         self.fill_deleted_rows(&c, &mut txn).await?;
+        // A rewritten packed struct rewrites its children too (see `history::peers_of`).
+        txn.fill_nested_fields(&self.base_state.schema);
         let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
         for a in &txn.actions {
             if let AnyAction::UpdateDeletionVector(u) = a {

@@ -135,11 +135,8 @@ impl Squash {
                 return Err(SquashRefusal::CoverageWithoutUpdate);
             }
             actions.push(
-                InvalidateIndexCoverage {
-                    fragments: self.invalidated_fragments.into_iter().collect(),
-                    fields: self.invalidated_fields,
-                }
-                .into(),
+                InvalidateIndexCoverage::new(self.invalidated_fragments.into_iter().collect(), self.invalidated_fields)
+                    .into(),
             );
         }
         let mut txn = ActionTxn::new(shell, actions);

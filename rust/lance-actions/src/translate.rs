@@ -185,11 +185,8 @@ fn lift_update(op: &Operation, cx: &mut TxnContext) -> Vec<AnyAction> {
     }
     if !fields_modified.is_empty() {
         out.push(
-            InvalidateIndexCoverage {
-                fragments: updated_fragments.iter().map(|f| f.id).collect(),
-                fields: fields_modified.clone(),
-            }
-            .into(),
+            InvalidateIndexCoverage::new(updated_fragments.iter().map(|f| f.id).collect(), fields_modified.clone())
+                .into(),
         );
     }
     out

@@ -24,6 +24,17 @@ impl ActionTxn {
         self.actions.iter().any(|a| matches!(a.kind(), ActionKind::ResetTable | ActionKind::Restore))
     }
 
+    /// Fill each coverage invalidation's nested fields from `schema` (see
+    /// [`crate::actions::invalidate_index_coverage::InvalidateIndexCoverage::fill_nested`]): what a
+    /// committed peer needs before its masks are computed.
+    pub fn fill_nested_fields(&mut self, schema: &lance_core::datatypes::Schema) {
+        for action in self.actions.iter_mut() {
+            if let AnyAction::InvalidateIndexCoverage(inv) = action {
+                inv.fill_nested(schema);
+            }
+        }
+    }
+
     pub fn is_opaque(&self) -> bool {
         self.actions.iter().any(|a| a.kind() == ActionKind::Opaque)
     }

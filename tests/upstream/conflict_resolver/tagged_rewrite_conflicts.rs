@@ -39,7 +39,7 @@ use lance_index::scalar::IndexStore;
 use lance_index::scalar::lance_format::LanceIndexStore;
 use lance_index::{IndexType, scalar::ScalarIndexParams};
 use lance_table::format::pb::fragment_reuse_index_details::{
-    FragmentDigest, OrderedCompaction, StablePartition, Transition, transition,
+    FragmentDigest, OrderedCompaction, StablePartition, Transition, Version, transition,
 };
 use lance_table::format::{Fragment, IndexMetadata};
 use lance_table::system_index::frag_reuse::ledger::{FragReuseLedger, Mapping};
@@ -338,6 +338,26 @@ pub(super) async fn make_tagged(ds: &Dataset) -> Dataset {
     tagged
 }
 
+/// Upstream's `rewrite_in_place` shape: a column-rewriting merge insert keyed on `key`, read at
+/// `ds`'s version; matched rows take the patch's values in place, nothing is inserted.
+pub(super) fn in_place_patch(ds: &Dataset, key: &str) -> lance::dataset::MergeInsertJob {
+    use lance::dataset::{MergeInsertBuilder, MergeInsertWriteMode, WhenMatched, WhenNotMatched};
+    MergeInsertBuilder::try_new(Arc::new(ds.clone()), vec![key.into()])
+        .expect("merge insert")
+        .when_matched(WhenMatched::UpdateAll)
+        .when_not_matched(WhenNotMatched::DoNothing)
+        .write_mode(MergeInsertWriteMode::RewriteColumns)
+        .try_build()
+        .expect("merge insert job")
+}
+
+/// Record one case of `test` against upstream's expectation (a test with a single case).
+pub(super) fn record(test: &'static str, case: &str, j: &Judgement, expected: Upstream) {
+    let mut ledger = Ledger::new(test, &[], &[]);
+    ledger.record(case, j, expected);
+    ledger.finish();
+}
+
 /// Judge `ours` (read at its read version) against everything committed since, with both
 /// resolvers, then commit it through our commit loop on the latest version. The loop's outcome
 /// must equal the driver's verdict. Returns the judgement, and the table ours landed on or the
@@ -356,9 +376,7 @@ pub(super) async fn judge_and_commit_once(
     upstream: Upstream,
 ) -> (Judgement, Result<Dataset, &'static str>) {
     let (j, landed) = judge_and_commit(uri, ours).await;
-    let mut ledger = Ledger::new(test, &[], &[]);
-    ledger.record(case, &j, upstream);
-    ledger.finish();
+    record(test, case, &j, upstream);
     (j, landed)
 }
 
@@ -937,10 +955,8 @@ async fn sp_over_deferred_compaction(test: &'static str, tagged: bool) {
     let committed_entry = fri_entry(&compacted).await.expect("the compaction recorded its movement");
     assert_eq!(committed_entry.index_version, i32::from(tagged), "a v0 entry on an untagged table");
 
-    let (j, landed) = judge_and_commit(&uri, ours).await;
-    let mut ledger = Ledger::new(test, &[], &[]);
-    ledger.record("disjoint deferred compaction", &j, Upstream::Compatible);
-    ledger.finish();
+    let (_, landed) =
+        judge_and_commit_once(&uri, ours, test, "disjoint deferred compaction", Upstream::Compatible).await;
     landed.expect("lands");
     let latest = open(&uri).await;
     assert_eq!(fri_entry(&latest).await.map(|e| e.index_version), Some(1));
@@ -970,6 +986,21 @@ async fn sp_rebases_over_real_deferred_compaction_fresh_session() {
     sp_over_deferred_compaction("sp_rebases_over_real_deferred_compaction_fresh_session", true).await;
 }
 
+/// On the small-fragments fixture (tagged), `ours` was staged before a real deferred compaction of
+/// the candidates landed; it consumes one of them too, so it is refused outright (upstream:
+/// "consumed fragments") and nothing of it lands.
+async fn assert_refused_after_a_compaction(test: &'static str, case: &str, uri: &str, ours: Transaction) -> Dataset {
+    compact(uri).await;
+    let compacted = open(uri).await;
+    let (j, landed) = judge_and_commit_once(uri, ours, test, case, Upstream::NotCompatible).await;
+    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
+    assert!(landed.is_err());
+    let latest = open(uri).await;
+    assert_eq!(latest.manifest().version, compacted.manifest().version, "nothing of ours landed");
+    assert_eq!(sorted_values(&latest).await, expected_values());
+    latest
+}
+
 /// ITEM 6: the stable partition's sources are exactly the compaction's candidates; the compaction
 /// lands first and the rewrite is refused outright.
 #[tokio::test]
@@ -983,22 +1014,8 @@ async fn overlapping_compaction_and_sp_rejected_fresh_session() {
         tagged_rewrite(&ds, fragments_of(&ds, &small), destinations, vec![transition]).await,
     )
     .build();
-    compact(&uri).await;
-    let compacted = open(&uri).await;
-
-    let (j, landed) = judge_and_commit_once(
-        &uri,
-        ours,
-        "overlapping_compaction_and_sp_rejected_fresh_session",
-        "compaction of our sources",
-        Upstream::NotCompatible,
-    )
-    .await;
-    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
-    assert!(landed.is_err());
-    let latest = open(&uri).await;
-    assert_eq!(latest.manifest().version, compacted.manifest().version, "nothing of ours landed");
-    assert_eq!(sorted_values(&latest).await, expected_values());
+    let test = "overlapping_compaction_and_sp_rejected_fresh_session";
+    assert_refused_after_a_compaction(test, "compaction of our sources", &uri, ours).await;
 }
 
 /// Upstream's `oc_parts`: what a tagged deferred compaction of `source_ids` carries, its
@@ -1286,35 +1303,13 @@ fn v0_entry(
     v0_entry_of(versions, bitmap, stamp)
 }
 
-/// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
-/// fragments), stamped `stamp`: the public protobuf form of what Lance's crate-private
-/// `build_frag_reuse_index_metadata` builds.
+/// A v0 fragment-reuse entry holding `versions` inline (`scenario::reuse::v0_entry`).
 fn v0_entry_of(
     versions: Vec<lance_table::format::pb::fragment_reuse_index_details::Version>,
     bitmap: RoaringBitmap,
     stamp: u64,
 ) -> IndexMetadata {
-    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
-    use lance_table::format::pb::fragment_reuse_index_details::{Content, InlineContent};
-    use prost::Message;
-    let details =
-        Details { content: Some(Content::Inline(InlineContent { legacy_versions: versions, transitions: vec![] })) };
-    IndexMetadata {
-        uuid: uuid::Uuid::new_v4(),
-        name: FRAG_REUSE_INDEX_NAME.to_string(),
-        fields: vec![],
-        covering_fields: vec![],
-        dataset_version: stamp,
-        fragment_bitmap: Some(bitmap),
-        index_details: Some(Arc::new(prost_types::Any {
-            type_url: "/lance.table.FragmentReuseIndexDetails".into(),
-            value: details.encode_to_vec(),
-        })),
-        index_version: 0,
-        created_at: None,
-        base_id: None,
-        files: None,
-    }
+    lance_actions_commit::scenario::reuse::v0_entry(versions, bitmap, stamp)
 }
 
 /// Upstream's `legacy_version`: a v0 version stamped `stamp` whose one group moved the four rows
@@ -1377,46 +1372,89 @@ async fn sp_rebases_over_concurrent_fri_trim() {
     assert_eq!(sorted_values(&latest).await, (0..8).collect::<Vec<_>>());
 }
 
-/// Upstream's `reuse_fixture` (inline case; the external case pads the history past the inline
-/// limit with a crate-private test helper, not ported): two fragments of four rows and five
-/// reserved ids. Ours is a v0 compaction of fragment 0 built at that version; another writer's v0
-/// compaction of fragment 1 lands first. A v0 entry replaces the whole history, so one built from
-/// the older snapshot cannot land. Upstream commits it through a handle at the head and gets
-/// Lance's assembly error ("plus one version of its own"); asked on our re-expression (the read
-/// version's history as the base), Lance's resolver answers Retry ("a concurrent commit changed
-/// the fragment reuse history"), and so do we. Upstream asserts a refusal: either counts.
+/// Upstream's `reuse_fixture`: two fragments of four rows; with `external`, a v0 history of three
+/// padding versions stored in its own details file (upstream pads the history past the inline
+/// limit with a crate-private helper; here the entry's content is written where Lance reads an
+/// external entry from, `_indices/<uuid>/details.binpb`, and installed by a committed
+/// `CreateIndex`, so Lance's own reader loads it from the file); then five reserved ids. Returns
+/// the padding versions.
+async fn reuse_fixture(external: bool) -> (tempfile::TempDir, String, Dataset, Vec<Version>) {
+    let (dir, uri, ds) = fixture(2, 4).await;
+    let mut padding = Vec::new();
+    let mut ds = ds;
+    if external {
+        padding = (0..3u64).map(|i| legacy_version(i + 1, 1000 + i, 2000 + i)).collect();
+        let bitmap = RoaringBitmap::from_iter((0..3u32).map(|i| 2000 + i));
+        let entry = external_v0_entry(&ds, padding.clone(), bitmap);
+        ds = lance_commit(&ds, Operation::CreateIndex { new_indices: vec![entry], removed_indices: vec![] }).await;
+    }
+    (dir, uri, reserve(&ds, 5).await, padding)
+}
+
+/// A v0 entry whose content (`versions`) is stored in its own details file, as Lance stores an
+/// entry above the inline limit.
+fn external_v0_entry(ds: &Dataset, versions: Vec<Version>, bitmap: RoaringBitmap) -> IndexMetadata {
+    use lance_table::format::pb::ExternalFile;
+    use lance_table::format::pb::FragmentReuseIndexDetails as Details;
+    use lance_table::format::pb::fragment_reuse_index_details::{Content, InlineContent};
+    use lance_table::system_index::frag_reuse::FRAG_REUSE_DETAILS_FILE_NAME;
+    use prost::Message;
+    let mut entry = v0_entry_of(vec![], bitmap, ds.manifest().version);
+    let content = InlineContent { legacy_versions: versions, transitions: vec![] }.encode_to_vec();
+    let folder = std::path::Path::new(ds.uri()).join("_indices").join(entry.uuid.to_string());
+    std::fs::create_dir_all(&folder).expect("the entry's folder");
+    std::fs::write(folder.join(FRAG_REUSE_DETAILS_FILE_NAME), &content).expect("the details file");
+    let external = ExternalFile { path: FRAG_REUSE_DETAILS_FILE_NAME.into(), offset: 0, size: content.len() as u64 };
+    let details = Details { content: Some(Content::External(external)) };
+    entry.index_details = Some(Arc::new(prost_types::Any {
+        type_url: "/lance.table.FragmentReuseIndexDetails".into(),
+        value: details.encode_to_vec(),
+    }));
+    entry
+}
+
+/// Ours is a v0 compaction of fragment 0 built at the fixture's version; another writer's v0
+/// compaction of fragment 1 lands first. A v0 entry replaces the whole history with the read
+/// version's plus one version of its own, so one built from the older snapshot cannot land.
+/// Upstream commits it through a handle at the head and gets Lance's assembly error ("plus one
+/// version of its own"); asked on our re-expression (the read version's history as the base),
+/// Lance's resolver answers Retry ("a concurrent commit changed the fragment reuse history"), and
+/// so do we. Upstream asserts a refusal: either counts. Both of upstream's `external` values: the
+/// history inline (empty) and in its own file, where our model reads nothing of it and the
+/// verdict rests on the entry's identity alone.
 #[tokio::test]
 async fn v0_compaction_built_from_an_older_snapshot_is_refused() {
-    let (_dir, uri, ds) = fixture(2, 4).await;
-    let ds = reserve(&ds, 5).await;
-    let dest = ds.manifest().max_fragment_id.expect("reserved ids") as u64;
-    let ours = TransactionBuilder::new(ds.manifest().version, hand_v0_compaction(&ds, 0, dest - 1).await).build();
-    let theirs = lance_commit(&ds, hand_v0_compaction(&ds, 1, dest).await).await;
+    let mut ledger = Ledger::new("v0_compaction_built_from_an_older_snapshot_is_refused", &[], &[]);
+    for (case, external) in [("inline history", false), ("external history", true)] {
+        let (_dir, uri, ds, padding) = reuse_fixture(external).await;
+        let dest = ds.manifest().max_fragment_id.expect("reserved ids") as u64;
+        let ours = hand_v0_compaction(&ds, 0, dest - 1, padding.clone()).await;
+        let ours = TransactionBuilder::new(ds.manifest().version, ours).build();
+        let theirs = lance_commit(&ds, hand_v0_compaction(&ds, 1, dest, padding.clone()).await).await;
 
-    let (j, landed) = judge_and_commit_once(
-        &uri,
-        ours,
-        "v0_compaction_built_from_an_older_snapshot_is_refused",
-        "inline history",
-        Upstream::Conflict,
-    )
-    .await;
-    assert!(
-        j.resolution.verdict.to_string().contains("changed the fragment-reuse history"),
-        "{}",
-        j.resolution.verdict
-    );
-    assert!(landed.is_err());
-    let latest = open(&uri).await;
-    assert_eq!(latest.manifest().version, theirs.manifest().version, "nothing of ours landed");
-    let Some(entry) = fri_entry(&latest).await else { panic!("their entry") };
-    assert_eq!(entry.index_version, 0);
-    assert_eq!(transition_sources(&latest).await, vec![vec![1]], "only their version");
+        let (j, landed) = judge_and_commit(&uri, ours).await;
+        ledger.record(case, &j, Upstream::Conflict);
+        assert!(
+            j.resolution.verdict.to_string().contains("changed the fragment-reuse history"),
+            "{case}: {}",
+            j.resolution.verdict
+        );
+        assert!(landed.is_err(), "{case}");
+        let latest = open(&uri).await;
+        assert_eq!(latest.manifest().version, theirs.manifest().version, "{case}: nothing of ours landed");
+        let Some(entry) = fri_entry(&latest).await else { panic!("{case}: their entry") };
+        assert_eq!(entry.index_version, 0);
+        let mut expected: Vec<Vec<u64>> = (0..padding.len() as u64).map(|i| vec![1000 + i]).collect();
+        expected.push(vec![1]);
+        assert_eq!(transition_sources(&latest).await, expected, "{case}: the padding and their version only");
+    }
+    ledger.finish();
 }
 
 /// Upstream's `v0_compaction`: fragment `source`'s rows copied into one staged fragment numbered
-/// `dest`, the rewrite carrying a v0 entry (built at `ds`'s version) whose one version records it.
-async fn hand_v0_compaction(ds: &Dataset, source: u64, dest: u64) -> Operation {
+/// `dest`, the rewrite carrying a v0 entry (built at `ds`'s version) holding `history` plus one
+/// version that records it.
+async fn hand_v0_compaction(ds: &Dataset, source: u64, dest: u64, history: Vec<Version>) -> Operation {
     let sources = fragments_of(ds, &[source]);
     let mut copy = compacted_copy_of(ds, sources.clone()).await;
     copy[0].id = dest;
@@ -1429,15 +1467,19 @@ async fn hand_v0_compaction(ds: &Dataset, source: u64, dest: u64) -> Operation {
         physical_rows: f.physical_rows.expect("physical rows") as u64,
         num_deleted_rows: 0,
     };
-    let version = lance_table::format::pb::fragment_reuse_index_details::Version {
+    let mut bitmap = RoaringBitmap::from_iter([dest as u32]);
+    bitmap
+        .extend(history.iter().flat_map(|v| v.groups.iter().flat_map(|g| g.new_fragments.iter().map(|d| d.id as u32))));
+    let mut versions = history;
+    versions.push(Version {
         dataset_version: ds.manifest().version,
         groups: vec![lance_table::format::pb::fragment_reuse_index_details::Group {
             changed_row_addrs,
             old_fragments: sources.iter().map(digest).collect(),
             new_fragments: copy.iter().map(digest).collect(),
         }],
-    };
-    let entry = v0_entry_of(vec![version], RoaringBitmap::from_iter([dest as u32]), ds.manifest().version);
+    });
+    let entry = v0_entry_of(versions, bitmap, ds.manifest().version);
     Operation::Rewrite {
         groups: vec![RewriteGroup { old_fragments: sources, new_fragments: copy }],
         rewritten_indices: vec![],
@@ -1477,23 +1519,9 @@ async fn real_deferred_compaction_rebases_over_concurrent_sp_fresh_session() {
 async fn tagged_compactions_overlapping_rejected_fresh_session() {
     let (_dir, uri, ds) = small_fragments_fixture(true).await;
     let (ours, _) = staged_compaction(&ds).await;
-    compact(&uri).await;
-    let winner = open(&uri).await;
-
-    let (j, landed) = judge_and_commit_once(
-        &uri,
-        ours,
-        "tagged_compactions_overlapping_rejected_fresh_session",
-        "compaction of the same candidates",
-        Upstream::NotCompatible,
-    )
-    .await;
-    assert!(j.lance.to_string().contains("consumed fragments"), "{}", j.lance);
-    assert!(landed.is_err());
-    let latest = open(&uri).await;
-    assert_eq!(latest.manifest().version, winner.manifest().version, "nothing of ours landed");
+    let test = "tagged_compactions_overlapping_rejected_fresh_session";
+    let latest = assert_refused_after_a_compaction(test, "compaction of the same candidates", &uri, ours).await;
     assert_eq!(mapping_counts(&latest).await, (1, 1));
-    assert_eq!(sorted_values(&latest).await, expected_values());
 }
 
 /// Three writers from one version: a stable partition of 10 and 11 (committed by Lance), ours a

@@ -237,8 +237,13 @@ impl Action for AddIndex {
             .with(ManifestPath::IndexName(self.index.name.clone()))
     }
 
-    fn validate(&self, _state: &TableState) -> Result<(), Reason> {
-        Ok(())
+    /// Checked at the version we land on: a table with stable row ids and a reuse entry takes only
+    /// indices that store row addresses (deviation D9).
+    fn validate(&self, state: &TableState) -> Result<(), Reason> {
+        match reuse_history::stable_row_id_refusal(state, &self.index) {
+            Some(why) => Err(crate::action::invalid(ActionKind::AddIndex, why)),
+            None => Ok(()),
+        }
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

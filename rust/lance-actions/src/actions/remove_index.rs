@@ -7,6 +7,7 @@ use crate::codec::{self, proto};
 use crate::error::Result;
 use lance_table::format::IndexMetadata;
 
+use super::reuse_history;
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, fold_verdicts};
 use crate::context::TxnContext;
 use crate::path::{IndexScope, ManifestPath, Mask};
@@ -25,6 +26,9 @@ impl RemoveIndex {
         const K: ActionKind = ActionKind::RemoveIndex;
         if let Some(v) = peer.baseline_verdict(K) {
             return v;
+        }
+        if self.is_reuse_entry() && matches!(peer.their_path, ManifestPath::FragmentSet) {
+            return self.rebase_entry_vs_fragments(cx, peer);
         }
         match peer.action {
             // Two drops of one segment are idempotent, unless either side also published a
@@ -58,13 +62,40 @@ impl RemoveIndex {
     }
 }
 
+impl RemoveIndex {
+    fn is_reuse_entry(&self) -> bool {
+        self.index.name == reuse_history::FRAG_REUSE_INDEX_NAME
+    }
+
+    /// A replacement of the fragment-reuse entry (a trim that keeps some records) was built from
+    /// the entry it removes. A committed rewrite may have replaced that entry (appending its own
+    /// records; its transaction file never carries the entry, so the head is what tells): ours
+    /// would then replace the head's entry with one missing the rewrite's records. Retry, to
+    /// rebuild the replacement from the head's entry (Lance re-derives such a trim at the head
+    /// instead, which the model cannot: deviation D10). A drop of the entry that publishes none
+    /// leaves a changed entry alone, and one that is still the entry we read is ours to replace.
+    fn rebase_entry_vs_fragments(&self, cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> Verdict {
+        let head = cx.head.and_then(|h| reuse_history::entry(&h.indices));
+        if !cx.index_edits.creates_name(&self.index.name) || head.is_some_and(|e| e.uuid == self.index.uuid) {
+            return Verdict::Ok;
+        }
+        peer.retry(
+            ActionKind::RemoveIndex,
+            Rule::IndexClash,
+            "a concurrent commit changed the fragment-reuse entry our replacement was built from",
+        )
+    }
+}
+
 impl Action for RemoveIndex {
     fn kind(&self) -> ActionKind {
         ActionKind::RemoveIndex
     }
 
+    /// A replacement of the fragment-reuse entry reads the fragment set: a committed rewrite there
+    /// may have replaced the entry (`rebase_entry_vs_fragments`).
     fn reads(&self) -> Mask {
-        Mask::new()
+        if self.is_reuse_entry() { Mask::new().with(ManifestPath::FragmentSet) } else { Mask::new() }
     }
 
     fn writes(&self) -> Mask {

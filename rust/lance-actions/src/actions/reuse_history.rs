@@ -13,6 +13,30 @@ pub(crate) use lance_table::system_index::frag_reuse::FRAG_REUSE_INDEX_NAME;
 use lance_table::system_index::frag_reuse::ledger::FragReuseLedger;
 use lance_table::system_index::frag_reuse::metadata::is_tagged;
 
+/// A table with stable row ids carrying a fragment-reuse entry must hold only indices that store
+/// row addresses (Lance 14.0.2 refuses to build any other manifest: the entry is applied to every
+/// index as row-address moves). `None` when `state` is no such table or `index` may join it; else
+/// why not. Deviation D9 (`design/deviations.md`): Lance's resolver admits the commit and its
+/// manifest build then refuses it; we refuse at validation.
+pub(crate) fn stable_row_id_refusal(state: &crate::state::TableState, index: &IndexMetadata) -> Option<String> {
+    let stable = state.fragments.values().any(|f| f.row_id_meta.is_some());
+    if !stable || entry(&state.indices).is_none() || !answers_in_row_ids(index) {
+        return None;
+    }
+    Some(format!(
+        "the table uses stable row ids and carries a fragment-reuse entry, which is applied to every index as \
+         row-address moves, but index {} ({}) does not store row addresses; rebuild it as one that does, or \
+         drop the entry first",
+        index.name, index.uuid
+    ))
+}
+
+/// A user index whose answers are row ids rather than row addresses (not a system index, results
+/// not row addresses, as Lance tells them apart).
+pub(crate) fn answers_in_row_ids(index: &IndexMetadata) -> bool {
+    !lance_table::system_index::is_system_index(index) && !index.results_are_row_addrs()
+}
+
 pub(crate) fn is_entry(index: &IndexMetadata) -> bool {
     index.name == FRAG_REUSE_INDEX_NAME
 }

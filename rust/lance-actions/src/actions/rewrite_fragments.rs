@@ -105,6 +105,20 @@ impl RewriteFragments {
         Some(peers.first()?.retry(ActionKind::RewriteFragments, Rule::IndexClash, detail))
     }
 
+    /// A rewrite that brings a reuse entry to a table with stable row ids: every index the table
+    /// holds must store row addresses (`reuse_history::stable_row_id_refusal`, deviation D9).
+    fn stable_row_id_indices_store_addresses(&self, state: &TableState) -> Result<(), Reason> {
+        let Some(entry) = self.frag_reuse_index.as_ref().filter(|_| self.defers_stable_row_id_remap()) else {
+            return Ok(());
+        };
+        let mut with_entry = state.clone();
+        with_entry.indices.push(entry.clone());
+        match state.indices.iter().find_map(|i| reuse_history::stable_row_id_refusal(&with_entry, i)) {
+            Some(why) => Err(invalid(ActionKind::RewriteFragments, why)),
+            None => Ok(()),
+        }
+    }
+
     fn bare_groups_are_unindexed(&self, state: &TableState) -> Result<(), Reason> {
         let Some(ours) = self.frag_reuse_index.as_ref().filter(|e| is_tagged(e)).and_then(reuse_history::ledger) else {
             return Ok(());
@@ -209,12 +223,9 @@ impl RewriteFragments {
     }
 }
 
-/// A user index whose answers are row ids rather than row addresses (not a system index, results
-/// not row addresses, as Lance tells them apart): built while a deferred rewrite remaps stable row ids, it describes
-/// rows by ids the reuse index does not translate, wherever its coverage lies.
-fn answers_in_row_ids(index: &IndexMetadata) -> bool {
-    !lance_table::system_index::is_system_index(index) && !index.results_are_row_addrs()
-}
+/// A user index built while a deferred rewrite remaps stable row ids describes rows by ids the
+/// reuse index does not translate, wherever its coverage lies.
+use reuse_history::answers_in_row_ids;
 
 impl Action for RewriteFragments {
     fn kind(&self) -> ActionKind {
@@ -253,7 +264,8 @@ impl Action for RewriteFragments {
         if let Some(id) = self.old_ids().into_iter().find(|id| state.fragment(*id).is_none()) {
             return Err(invalid(ActionKind::RewriteFragments, format!("fragment {id} to rewrite does not exist")));
         }
-        self.bare_groups_are_unindexed(state)
+        self.bare_groups_are_unindexed(state)?;
+        self.stable_row_id_indices_store_addresses(state)
     }
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {

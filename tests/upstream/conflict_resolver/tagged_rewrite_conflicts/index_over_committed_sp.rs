@@ -35,30 +35,6 @@ fn bitmap_of(indices: &[IndexMetadata]) -> Option<RoaringBitmap> {
     indices.iter().find(|i| i.name == "idx").and_then(|i| i.fragment_bitmap.clone())
 }
 
-/// Sorted `i` values under `predicate`, with or without scalar indices.
-async fn i_values(ds: &Dataset, predicate: &str, use_index: bool) -> Vec<i32> {
-    let mut scan = ds.scan();
-    scan.filter(predicate).expect("filter");
-    scan.use_scalar_index(use_index);
-    let batch = scan.try_into_batch().await.expect("scan");
-    let mut values = batch["i"].as_primitive::<Int32Type>().values().to_vec();
-    values.sort_unstable();
-    values
-}
-
-/// The indexed answer for `predicate` equals the index-disabled scan; returns it.
-async fn indexed_agrees(ds: &Dataset, predicate: &str) -> Vec<i32> {
-    let indexed = i_values(ds, predicate, true).await;
-    assert_eq!(indexed, i_values(ds, predicate, false).await, "{predicate}: indexed and scanned answers agree");
-    indexed
-}
-
-fn record(test: &'static str, case: &str, j: &Judgement, expected: Upstream) {
-    let mut ledger = Ledger::new(test, &[], &[]);
-    ledger.record(case, j, expected);
-    ledger.finish();
-}
-
 #[tokio::test]
 async fn index_built_before_a_stable_partition_lands_translating() {
     let (_dir, uri, ds) = table().await;
@@ -145,7 +121,6 @@ async fn index_off_the_rewritten_fragments_lands_directly() {
 /// (`optimize_indices` rebuilds the coverage) is a maintenance step, no concurrent pair.
 #[tokio::test]
 async fn index_built_before_a_stable_partition_and_a_column_rewrite_preserves_valid_coverage() {
-    use lance::dataset::{MergeInsertBuilder, MergeInsertWriteMode, WhenMatched, WhenNotMatched};
     let mut ledger =
         Ledger::new("index_built_before_a_stable_partition_and_a_column_rewrite_preserves_valid_coverage", &[], &[]);
     for (case, column, withdrawn) in [("payload", "text", true), ("join_key", "i", false)] {
@@ -161,16 +136,7 @@ async fn index_built_before_a_stable_partition_and_a_column_rewrite_preserves_va
             vec![Arc::new(Int32Array::from(vec![3])), Arc::new(arrow_array::StringArray::from(vec!["patched"]))],
         )
         .expect("patch batch");
-        let (patched, _) = MergeInsertBuilder::try_new(Arc::new(tagged), vec!["i".into()])
-            .expect("merge insert")
-            .when_matched(WhenMatched::UpdateAll)
-            .when_not_matched(WhenNotMatched::DoNothing)
-            .write_mode(MergeInsertWriteMode::RewriteColumns)
-            .try_build()
-            .expect("merge insert job")
-            .execute_batches(vec![patch])
-            .await
-            .expect("patch lands");
+        let (patched, _) = in_place_patch(&tagged, "i").execute_batches(vec![patch]).await.expect("patch lands");
         assert_eq!(live_ids(&patched), vec![10, 11], "rewritten in place");
 
         let (j, landed) = judge_and_commit(&uri, ours).await;

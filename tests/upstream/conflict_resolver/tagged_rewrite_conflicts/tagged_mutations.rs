@@ -11,8 +11,6 @@
 //! a stale handle; it goes through our commit loop, whose outcome must equal our driver's verdict,
 //! and Lance's resolver must give the upstream answer on the same inputs.
 
-use lance::dataset::{MergeInsertBuilder, MergeInsertWriteMode, WhenMatched, WhenNotMatched};
-
 use super::*;
 
 /// The version of upstream's fixture before tagging: the data (1) plus `i_idx` (2).
@@ -53,6 +51,17 @@ async fn stage_index(
     (TransactionBuilder::new(ds.manifest().version, op).build(), segment)
 }
 
+/// Upstream's `tagged_two_column_fixture` with a `v_idx` staged at the version before tagging (not
+/// committed), and the indices as stored before anything else lands.
+async fn tagged_table_with_a_stale_v_index()
+-> (tempfile::TempDir, String, Dataset, Vec<IndexMetadata>, Transaction, IndexMetadata) {
+    let (dir, uri, ds) = tagged_table().await;
+    let before = stored_indices(&ds).await;
+    let pre = ds.checkout_version(BEFORE_TAGGING).await.expect("the version before tagging");
+    let (ours, segment) = stage_index(&pre, "v", "v_idx", None).await;
+    (dir, uri, ds, before, ours, segment)
+}
+
 /// Upstream's `create_v_index`: `v_idx` on `v`, committed by Lance.
 async fn create_v_index(ds: &Dataset) -> Dataset {
     let mut ds = ds.clone();
@@ -80,16 +89,7 @@ async fn stage_rewrite_in_place(
         vec![Arc::new(Int32Array::from(vec![key])), Arc::new(Int32Array::from(vec![value]))],
     )
     .expect("patch batch");
-    let staged = MergeInsertBuilder::try_new(Arc::new(ds.clone()), vec!["w".into()])
-        .expect("merge insert")
-        .when_matched(WhenMatched::UpdateAll)
-        .when_not_matched(WhenNotMatched::DoNothing)
-        .write_mode(MergeInsertWriteMode::RewriteColumns)
-        .try_build()
-        .expect("merge insert job")
-        .execute_uncommitted_batches(vec![source])
-        .await
-        .expect("stage the rewrite");
+    let staged = in_place_patch(ds, "w").execute_uncommitted_batches(vec![source]).await.expect("stage the rewrite");
     (staged.transaction, staged.affected_rows)
 }
 
@@ -141,12 +141,6 @@ async fn assert_segment_and_history_untouched(ds: &Dataset, before: &[IndexMetad
     );
 }
 
-fn record(test: &'static str, case: &str, j: &Judgement, expected: Upstream) {
-    let mut ledger = Ledger::new(test, &[], &[]);
-    ledger.record(case, j, expected);
-    ledger.finish();
-}
-
 /// A `v_idx` built before the table was tagged (no `i_idx` here, as upstream) lands after the
 /// tagging rewrite with its provenance and translates.
 #[tokio::test]
@@ -179,28 +173,14 @@ async fn user_index_built_before_a_stable_partition_lands_translating() {
 /// packed struct of the row `w = 3` (in 11) is rewritten in place. The index lands, withdrawn from
 /// the transition (its rows are scanned), and every answer is right.
 ///
-/// Model bug 15 (open, see `tests/upstream/README.md`): both resolvers admit the index, but our
-/// rebase does not withdraw it, so it lands claiming {0, 1} and would answer `s.x = 3` from the
-/// stale values. The rewrite's `fields_modified` names the parent `s` (field 2), the index the
-/// child `x` (field 3); Lance expands a rewritten field to its descendants through the schema
-/// (`Transaction::with_descendants`), while our masks are schema-free, so the update's
-/// `InvalidateIndexCoverage` never reaches the `AddIndex` rebase.
+/// Model bug 15 (fixed, see `tests/upstream/README.md`): the rewrite's `fields_modified` names the
+/// parent `s` (field 2), the index the child `x` (field 3). The commit layer now fills the update's
+/// `InvalidateIndexCoverage` with the descendants of `s` in the read version's schema, so it
+/// reaches the `AddIndex` rebase and withdraws the lineage, as Lance's resolver does.
 #[tokio::test]
-#[ignore = "model bug 15: an in-place rewrite of a packed struct does not withdraw an index on its child"]
 async fn child_index_built_before_a_packed_parent_rewrite_lands_withdrawn() {
     use arrow_array::{ArrayRef, StructArray};
     use arrow_schema::Fields;
-
-    /// Sorted `i` under `predicate`, with or without scalar indices.
-    async fn i_of(ds: &Dataset, predicate: &str, use_index: bool) -> Vec<i32> {
-        let mut scan = ds.scan();
-        scan.filter(predicate).expect("filter");
-        scan.use_scalar_index(use_index);
-        let batch = scan.try_into_batch().await.expect("scan");
-        let mut values = batch["i"].as_primitive::<Int32Type>().values().to_vec();
-        values.sort_unstable();
-        values
-    }
 
     let children = Fields::from(vec![Field::new("x", DataType::Int32, false)]);
     let mut packed = Field::new("s", DataType::Struct(children.clone()), false);
@@ -234,16 +214,8 @@ async fn child_index_built_before_a_packed_parent_rewrite_lands_withdrawn() {
         ],
     )
     .expect("patch batch");
-    let (patched, _) = MergeInsertBuilder::try_new(Arc::new(tagged), vec!["w".into()])
-        .expect("merge insert")
-        .when_matched(WhenMatched::UpdateAll)
-        .when_not_matched(WhenNotMatched::DoNothing)
-        .write_mode(MergeInsertWriteMode::RewriteColumns)
-        .try_build()
-        .expect("merge insert job")
-        .execute_batches(vec![patch])
-        .await
-        .expect("the packed rewrite lands");
+    let (patched, _) =
+        in_place_patch(&tagged, "w").execute_batches(vec![patch]).await.expect("the packed rewrite lands");
     assert_eq!(live_ids(&patched), vec![10, 11], "rewritten in place");
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
@@ -252,10 +224,10 @@ async fn child_index_built_before_a_packed_parent_rewrite_lands_withdrawn() {
     let latest = open(&uri).await;
     let stored = bitmap_named(&stored_indices(&latest).await, "x_idx").expect("x_idx is stored with a bitmap");
     assert!(stored.is_empty(), "the transition's sources are withdrawn: {stored:?}");
-    assert_eq!(i_of(&latest, "s.x = 333", false).await, vec![3]);
-    assert_eq!(i_of(&latest, "s.x = 333", true).await, vec![3]);
-    assert_eq!(i_of(&latest, "s.x = 3", true).await, Vec::<i32>::new());
-    assert_eq!(i_of(&latest, "s.x >= 0", true).await, (0..8).collect::<Vec<_>>());
+    assert_eq!(i_values(&latest, "s.x = 333", false).await, vec![3]);
+    assert_eq!(i_values(&latest, "s.x = 333", true).await, vec![3]);
+    assert_eq!(i_values(&latest, "s.x = 3", true).await, Vec::<i32>::new());
+    assert_eq!(i_values(&latest, "s.x >= 0", true).await, (0..8).collect::<Vec<_>>());
 }
 
 /// Ours is an in-place rewrite of `v` (row 3, in 11) read before another writer indexed `v` on
@@ -295,10 +267,7 @@ async fn retry_withdraws_an_index_created_concurrently_on_the_rewritten_column()
 /// rewritten in place: both sources feed 11, so the segment claims nothing and is scanned.
 #[tokio::test]
 async fn tagged_table_commit_of_a_stale_staged_index_drops_rewritten_destinations() {
-    let (_dir, uri, ds) = tagged_table().await;
-    let before = stored_indices(&ds).await;
-    let pre = ds.checkout_version(BEFORE_TAGGING).await.expect("the version before tagging");
-    let (ours, segment) = stage_index(&pre, "v", "v_idx", None).await;
+    let (_dir, uri, ds, before, ours, segment) = tagged_table_with_a_stale_v_index().await;
     assert_eq!(segment.fragment_bitmap, Some(RoaringBitmap::from_iter([0u32, 1])));
     rewrite_in_place(&ds, "v", 3, 333).await;
 
@@ -326,10 +295,7 @@ async fn tagged_table_commit_of_a_stale_staged_index_drops_rewritten_destination
 #[tokio::test]
 async fn tagged_table_refuses_committing_a_staged_index_after_a_cast_of_its_column() {
     use lance::dataset::ColumnAlteration;
-    let (_dir, uri, ds) = tagged_table().await;
-    let before = stored_indices(&ds).await;
-    let pre = ds.checkout_version(BEFORE_TAGGING).await.expect("the version before tagging");
-    let (ours, _) = stage_index(&pre, "v", "v_idx", None).await;
+    let (_dir, uri, ds, before, ours, _) = tagged_table_with_a_stale_v_index().await;
     let mut cast = ds.clone();
     cast.alter_columns(&[ColumnAlteration::new("v".into()).cast_to(DataType::Int64)]).await.expect("cast");
     let version = cast.manifest().version;
@@ -354,10 +320,7 @@ async fn tagged_table_refuses_committing_a_staged_index_after_a_cast_of_its_colu
 /// committed. The withdrawal happens where the rewrite happened: the segment claims nothing.
 #[tokio::test]
 async fn tagged_table_commit_of_a_stale_staged_index_sees_a_rewrite_on_a_retired_destination() {
-    let (_dir, uri, ds) = tagged_table().await;
-    let before = stored_indices(&ds).await;
-    let pre = ds.checkout_version(BEFORE_TAGGING).await.expect("the version before tagging");
-    let (ours, _) = stage_index(&pre, "v", "v_idx", None).await;
+    let (_dir, uri, ds, before, ours, _) = tagged_table_with_a_stale_v_index().await;
     let ds = reserve(&rewrite_in_place(&ds, "v", 3, 333).await, 40).await;
     let (transition, destinations) = partition(&ds, &[10, 11], 20).await;
     let ds = lance_commit(&ds, tagged_rewrite(&ds, fragments_of(&ds, &[10, 11]), destinations, vec![transition]).await)
@@ -393,16 +356,7 @@ async fn tagged_table_commit_of_a_staged_index_over_a_bare_rewritten_source_says
     let ds = append_rows(&ds, 8..12).await;
     let appended = *live_ids(&ds).last().expect("the appended fragment");
     let (ours, _) = stage_index(&ds, "v", "v_idx", Some(vec![appended as u32])).await;
-    let copy = {
-        let rows = rows_of(&ds, fragments_of(&ds, &[appended])).await;
-        let staged = InsertBuilder::new(Arc::new(ds.clone()))
-            .with_params(&WriteParams { mode: WriteMode::Append, ..Default::default() })
-            .execute_uncommitted(vec![rows])
-            .await
-            .expect("stage the copy");
-        let Operation::Append { fragments } = staged.operation else { panic!("an append staged something else") };
-        fragments
-    };
+    let copy = compacted_copy_of(&ds, fragments_of(&ds, &[appended])).await;
     let rewritten = lance_commit(&ds, bare_rewrite(fragments_of(&ds, &[appended]), copy)).await;
 
     let (j, landed) = judge_and_commit(&uri, ours).await;
