@@ -150,6 +150,15 @@ fn http(addr: SocketAddr, request: &str) -> Result<String, String> {
 
 /// A byte relay in front of the server. While down it accepts and immediately closes (the client
 /// sees a reset, as from a server that went away), and every open connection is cut.
+///
+/// It also makes moto's conditional put atomic, as S3's is. moto 5.2.5 checks `If-None-Match: *`
+/// against the bucket and stores the object later in the same request handler, with no lock, in a
+/// threaded server (`moto/s3/responses.py`, `put_object`): two creates of one key racing through
+/// that window can both succeed, the second overwriting the first. Every manifest version is such a
+/// create, and the commit loop's soundness rests on exactly one of them succeeding
+/// (`design/commit.md`, "On object storage"), so the relay lets one conditional put at a time
+/// reach moto: from its request to the end of its response (moto closes every connection after
+/// one response).
 struct Relay {
     addr: SocketAddr,
     upstream: SocketAddr,
@@ -158,6 +167,7 @@ struct Relay {
     epoch: AtomicU64,
     connections: AtomicU64,
     responses: AtomicU64,
+    conditional_puts: std::sync::Mutex<()>,
 }
 
 impl Relay {
@@ -171,11 +181,13 @@ impl Relay {
             epoch: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             responses: AtomicU64::new(0),
+            conditional_puts: std::sync::Mutex::new(()),
         });
         let accepting = relay.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
-                accepting.serve(client);
+                let relay = accepting.clone();
+                std::thread::spawn(move || relay.serve(client));
             }
         });
         Ok(relay)
@@ -193,14 +205,18 @@ impl Relay {
             drop(client);
             return;
         }
+        // Held until this connection's one request has been answered.
+        let _one_create_at_a_time =
+            is_conditional_put(&client).then(|| self.conditional_puts.lock().unwrap_or_else(|e| e.into_inner()));
         let Ok(server) = TcpStream::connect(self.upstream) else { return };
         self.connections.fetch_add(1, Ordering::SeqCst);
         let epoch = self.epoch.load(Ordering::SeqCst);
-        for (from, to, responses) in [(&client, &server, false), (&server, &client, true)] {
-            let (Ok(mut from), Ok(to)) = (from.try_clone(), to.try_clone()) else { return };
-            let relay = self.clone();
-            std::thread::spawn(move || relay.pump(&mut from, to, epoch, responses));
-        }
+        let (Ok(mut request_from), Ok(request_to)) = (client.try_clone(), server.try_clone()) else { return };
+        let relay = self.clone();
+        let requests = std::thread::spawn(move || relay.pump(&mut request_from, request_to, epoch, false));
+        let (Ok(mut response_from), Ok(response_to)) = (server.try_clone(), client.try_clone()) else { return };
+        self.pump(&mut response_from, response_to, epoch, true);
+        let _ = requests.join();
     }
 
     /// Copy bytes one way until either side closes or the relay is stopped; on the server's side,
@@ -230,6 +246,29 @@ impl Relay {
         let _ = from.shutdown(std::net::Shutdown::Both);
         let _ = to.shutdown(std::net::Shutdown::Both);
     }
+}
+
+/// Does the request waiting on `client` create an object only if absent (`PUT` with
+/// `If-None-Match`)? Reads its head without consuming it; a head not complete within a second is
+/// taken as not one.
+fn is_conditional_put(client: &TcpStream) -> bool {
+    let mut buf = [0u8; 16 * 1024];
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let Ok(n) = client.peek(&mut buf) else { return false };
+        let head = &buf[..n];
+        if n >= 4 && !head.starts_with(b"PUT ") {
+            return false;
+        }
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            return String::from_utf8_lossy(&head[..end]).to_ascii_lowercase().contains("\r\nif-none-match:");
+        }
+        if n == buf.len() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }
 
 /// Counts HTTP/1.1 status lines in one connection's response bytes, across read boundaries: a
