@@ -27,6 +27,7 @@ use uuid::Uuid;
 use crate::error::{LanceContext, Result};
 
 pub mod reuse;
+pub mod segments;
 
 /// Rows per fragment of the sample table.
 pub const ROWS_PER_FRAGMENT: i64 = 8;
