@@ -174,7 +174,12 @@ pub(super) fn named(table: &str, mut s: Staged) -> Staged {
     s
 }
 
-pub(super) fn create_index(ds: &Dataset, variant: &str, new_indices: Vec<IndexMetadata>, removed: Vec<IndexMetadata>) -> Staged {
+pub(super) fn create_index(
+    ds: &Dataset,
+    variant: &str,
+    new_indices: Vec<IndexMetadata>,
+    removed: Vec<IndexMetadata>,
+) -> Staged {
     let op = Operation::CreateIndex { new_indices, removed_indices: removed };
     staged(OperationKind::CreateIndex, variant, ds.manifest().version, op)
 }

@@ -20,7 +20,10 @@ use lance_index::optimize::OptimizeOptions;
 use lance_table::format::IndexMetadata;
 
 use super::reuse::{create_index, indices, lance_commit, named, shape_error, v0_compaction};
-use super::{FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, index_on, provide_sample_files, stage_append, stage_delete, staged, write_params};
+use super::{
+    FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, index_on, provide_sample_files,
+    stage_append, stage_delete, staged, write_params,
+};
 use crate::error::{LanceContext, Result};
 
 /// Fragment ids reserved after the delta's fragment, for the compactions' destinations.
