@@ -28,7 +28,7 @@ use arrow_array::{Array, RecordBatch};
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
-use lance_actions_commit::scenario::{Staged, create_sample, reuse, stage_all};
+use lance_actions_commit::scenario::{Staged, create_sample, reuse, segments, stage_all};
 use lance_actions_commit::{CommitError, DatasetActionsExt, Judgement, judge, judge_against};
 
 /// One observed pair.
@@ -364,6 +364,18 @@ async fn driver_agrees_with_lance_on_a_stable_row_id_table() {
     let ds = reuse::create_stable_row_ids(base_dir.to_str().expect("utf-8")).await.expect("stable-row-id table");
     let staged = reuse::stage_stable_row_ids(&ds).await.expect("stage the stable-row-id samples");
     run_table("stable", root.path(), base_dir, staged).await;
+}
+
+/// A table whose index has two segments under one name (`scenario::segments`, the shape of model
+/// bug 2): samples under each segment, rebuilds, a replacement and a drop of one segment, every
+/// ordered pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_agrees_with_lance_on_a_two_segment_index() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let base_dir = root.path().join("base");
+    let ds = segments::create_two_segments(base_dir.to_str().expect("utf-8")).await.expect("two-segment table");
+    let staged = segments::stage_two_segments(&ds).await.expect("stage the two-segment samples");
+    run_table("segments", root.path(), base_dir, staged).await;
 }
 
 /// Judge, commit and check every ordered pair of `staged` (staged on the table at `base_dir`),

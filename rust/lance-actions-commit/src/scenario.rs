@@ -27,6 +27,7 @@ use uuid::Uuid;
 use crate::error::{LanceContext, Result};
 
 pub mod reuse;
+pub mod segments;
 
 /// Rows per fragment of the sample table.
 pub const ROWS_PER_FRAGMENT: i64 = 8;
@@ -305,7 +306,9 @@ fn column_rewrite(ds: &Dataset, i: usize, field: i32) -> Result<Staged> {
         inserted_rows_filter: None,
         updated_fragment_offsets: None,
     };
-    Ok(staged(OperationKind::Update, &format!("rewrite-v-frag{i}"), ds.manifest().version, op))
+    // Named by the rewritten column, so a rewrite of the key or an indexed column reads as such.
+    let column = ds.schema().field_by_id(field).map_or_else(|| format!("field{field}"), |f| f.name.clone());
+    Ok(staged(OperationKind::Update, &format!("rewrite-{column}-frag{i}"), ds.manifest().version, op))
 }
 
 /// An operation from a newer Lance: a transaction whose operation field this Lance does not know.

@@ -43,12 +43,12 @@ use crate::error::{Error, LanceContext, Result};
 const RESERVED: u32 = 16;
 
 /// A sample shape Lance's own data does not allow (a missing fragment, a staged write of another kind).
-fn shape_error(what: &str, why: impl Into<String>) -> Error {
+pub(super) fn shape_error(what: &str, why: impl Into<String>) -> Error {
     Error::Lance { what: what.into(), source: lance::Error::invalid_input(why.into()) }
 }
 
 /// Commit `op`, read at `ds`'s version, with Lance's own commit.
-async fn lance_commit(ds: &Arc<Dataset>, op: Operation, what: &str) -> Result<Arc<Dataset>> {
+pub(super) async fn lance_commit(ds: &Arc<Dataset>, op: Operation, what: &str) -> Result<Arc<Dataset>> {
     let txn = TransactionBuilder::new(ds.manifest().version, op).build();
     Ok(Arc::new(CommitBuilder::new(ds.clone()).execute(txn).await.lance(what)?))
 }
@@ -129,7 +129,7 @@ fn rewrite(old: Fragment, new: Fragment, entry: Option<IndexMetadata>) -> Operat
 
 /// A deferred compaction of fragment `source` into `dest` on an untagged table: the v0 entry
 /// Lance's compaction installs (one legacy version, inline), as the public protobuf types build it.
-async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<Operation> {
+pub(super) async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<Operation> {
     let old = fragment(ds, source)?;
     let new = copy_of(ds, &old, dest).await?;
     let version = ds.manifest().version;
@@ -169,12 +169,17 @@ pub fn v0_entry(versions: Vec<Version>, bitmap: RoaringBitmap, stamp: u64) -> In
     }
 }
 
-fn named(table: &str, mut s: Staged) -> Staged {
+pub(super) fn named(table: &str, mut s: Staged) -> Staged {
     s.name = format!("{table}/{}", s.name);
     s
 }
 
-fn create_index(ds: &Dataset, variant: &str, new_indices: Vec<IndexMetadata>, removed: Vec<IndexMetadata>) -> Staged {
+pub(super) fn create_index(
+    ds: &Dataset,
+    variant: &str,
+    new_indices: Vec<IndexMetadata>,
+    removed: Vec<IndexMetadata>,
+) -> Staged {
     let op = Operation::CreateIndex { new_indices, removed_indices: removed };
     staged(OperationKind::CreateIndex, variant, ds.manifest().version, op)
 }
@@ -186,7 +191,7 @@ fn v_index_over(ds: &Dataset, fragments: &[u32]) -> IndexMetadata {
     index
 }
 
-async fn indices(ds: &Dataset) -> Result<Vec<IndexMetadata>> {
+pub(super) async fn indices(ds: &Dataset) -> Result<Vec<IndexMetadata>> {
     Ok(ds.load_indices().await.lance("loading indices")?.iter().cloned().collect())
 }
 
