@@ -4,7 +4,8 @@
 //! * A **tagged** table: the sample table (`create_sample`) with reserved fragment ids and a tagged
 //!   fragment-reuse entry, recorded by a deferred compaction of fragment 0 (one ordered-compaction
 //!   transition, built with Lance's public `frag_reuse_entry_appending`). Its samples are tagged
-//!   rewrites (disjoint, overlapping, one along the recorded lineage), replacements of the reuse
+//!   rewrites (disjoint, overlapping, one along the recorded lineage), stable-partition rewrites
+//!   (`scenario::partition`: of fragment 1, of fragments 2 and 3), replacements of the reuse
 //!   entry (alone, and mixed with a new index) and index builds over the rewritten fragments,
 //!   beside an append, a delete and a column rewrite.
 //! * A **stable-row-id** table: the sample table's rows written with stable row ids, with
@@ -33,6 +34,7 @@ use lance_table::format::{Fragment, IndexMetadata};
 use roaring::{RoaringBitmap, RoaringTreemap};
 use uuid::Uuid;
 
+use super::partition::stable_partition;
 use super::{
     FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, create_sample, index_on,
     provide_sample_files, stage_append, stage_delete, staged, write_params,
@@ -53,7 +55,7 @@ pub(super) async fn lance_commit(ds: &Arc<Dataset>, op: Operation, what: &str) -
     Ok(Arc::new(CommitBuilder::new(ds.clone()).execute(txn).await.lance(what)?))
 }
 
-fn fragment(ds: &Dataset, id: u64) -> Result<Fragment> {
+pub(super) fn fragment(ds: &Dataset, id: u64) -> Result<Fragment> {
     ds.manifest()
         .fragments
         .iter()
@@ -84,7 +86,7 @@ async fn copy_of(ds: &Arc<Dataset>, source: &Fragment, dest: u64) -> Result<Frag
     Ok(copy)
 }
 
-fn digest(f: &Fragment) -> FragmentDigest {
+pub(super) fn digest(f: &Fragment) -> FragmentDigest {
     FragmentDigest {
         id: f.id,
         physical_rows: f.physical_rows.unwrap_or_default() as u64,
@@ -116,12 +118,13 @@ async fn tagged_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<
     let entry = lance::index::frag_reuse::frag_reuse_entry_appending(ds, vec![transition])
         .await
         .lance("building a tagged fragment-reuse entry")?;
-    Ok(rewrite(old, new, Some(entry)))
+    Ok(rewrite(vec![old], vec![new], Some(entry)))
 }
 
-fn rewrite(old: Fragment, new: Fragment, entry: Option<IndexMetadata>) -> Operation {
+/// One rewrite group of `old` into `new`, with `entry` (the reuse entry it installs, if any).
+pub(super) fn rewrite(old: Vec<Fragment>, new: Vec<Fragment>, entry: Option<IndexMetadata>) -> Operation {
     Operation::Rewrite {
-        groups: vec![RewriteGroup { old_fragments: vec![old], new_fragments: vec![new] }],
+        groups: vec![RewriteGroup { old_fragments: old, new_fragments: new }],
         rewritten_indices: vec![],
         frag_reuse_index: entry,
     }
@@ -140,7 +143,7 @@ pub(super) async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> 
     };
     let versions = vec![Version { dataset_version: version, groups: vec![group] }];
     let entry = v0_entry(versions, RoaringBitmap::from_iter([dest as u32]), version);
-    Ok(rewrite(old, new, Some(entry)))
+    Ok(rewrite(vec![old], vec![new], Some(entry)))
 }
 
 /// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
@@ -231,6 +234,8 @@ pub async fn stage_tagged(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
         compaction(2, first + 1, "tagged-frag2").await?,
         compaction(1, first + 2, "tagged-frag1-again").await?,
         compaction(FRAGMENTS as u64, first + 3, "tagged-lineage-frag4").await?,
+        staged(kind, "sp-frag1", v, stable_partition(ds, &[1], first + 4).await?),
+        staged(kind, "sp-frag2-3", v, stable_partition(ds, &[2, 3], first + 6).await?),
         create_index(ds, "reuse-entry-trim", vec![], vec![entry.clone()]),
         create_index(ds, "reuse-entry-replace", vec![replacement], vec![entry.clone()]),
         create_index(ds, "reuse-entry-trim-with-v", vec![v_index_over(ds, &live)], vec![entry]),
