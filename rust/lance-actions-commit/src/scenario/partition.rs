@@ -124,9 +124,8 @@ async fn write_row_map(ds: &Dataset, sources: &[Fragment], labels: &[u16]) -> Re
 /// Fragment `id`'s deleted offsets at `ds`'s version (the row map leaves them unlabelled).
 async fn deleted_rows(ds: &Dataset, id: u64) -> Result<Option<RoaringBitmap>> {
     let what = "reading a stable partition source's deletions";
-    let file_fragment = ds
-        .get_fragment(id as usize)
-        .ok_or_else(|| shape_error(what, format!("the table has no fragment {id}")))?;
+    let file_fragment =
+        ds.get_fragment(id as usize).ok_or_else(|| shape_error(what, format!("the table has no fragment {id}")))?;
     let deleted = file_fragment.get_deletion_vector().await.lance(what)?;
     Ok(deleted.map(|v| v.iter().collect()))
 }
