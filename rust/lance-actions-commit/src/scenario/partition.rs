@@ -4,17 +4,16 @@
 //! A stable partition moves the rows of its source fragments into several destinations and
 //! records, in a row map file under `_fri/<map id>/`, which destination each source row went to;
 //! its reuse-entry transition names that file instead of listing row addresses. Built here from
-//! Lance's public API only: the destinations are staged (not committed) by Lance's writer, the row
-//! map by `lance_index`'s `RowMapWriter`, the entry by `frag_reuse_entry_appending` at the read
-//! version. Rows go to destination `id % 2`, in scan order, so each destination keeps its rows'
-//! order (what makes the partition stable).
+//! Lance's public API only: the destinations are staged (not committed) by Lance's writer
+//! (`reuse::stage_one_fragment`), the row map by `lance_index`'s `RowMapWriter`, the entry by
+//! `frag_reuse_entry_appending` at the read version. Rows go to destination `id % 2`, in scan
+//! order, so each destination keeps its rows' order (what makes the partition stable).
 
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch};
 use lance::Dataset;
 use lance::dataset::transaction::Operation;
-use lance::dataset::{InsertBuilder, WriteMode};
 use lance_index::frag_reuse::row_map::{RowMapWriter, SourceRows};
 use lance_index::frag_reuse::stable_partition::MAPPING_FILE;
 use lance_index::scalar::IndexStore;
@@ -23,8 +22,7 @@ use lance_table::format::Fragment;
 use lance_table::format::pb::fragment_reuse_index_details::{StablePartition, Transition, transition};
 use roaring::RoaringBitmap;
 
-use super::reuse::{digest, fragment, rewrite, shape_error};
-use super::write_params;
+use super::reuse::{digest, fragment, rewrite, shape_error, stage_one_fragment};
 use crate::error::{LanceContext, Result};
 
 /// Destinations of every partition: rows with an even `id`, rows with an odd one.
@@ -66,7 +64,7 @@ fn labels(rows: &RecordBatch) -> Result<Vec<u16>> {
     Ok(ids.values().iter().map(|id| id.rem_euclid(i64::from(DESTINATIONS)) as u16).collect())
 }
 
-/// The rows labelled `label`, in order, staged by Lance's writer as one fragment numbered `id`.
+/// The rows labelled `label`, in order, staged as one fragment numbered `id`.
 async fn staged_destination(
     ds: &Arc<Dataset>,
     rows: &RecordBatch,
@@ -81,18 +79,7 @@ async fn staged_destination(
     if part.is_empty() {
         return Err(shape_error(what, format!("no source row goes to destination {label}")));
     }
-    let staged = InsertBuilder::new(ds.clone())
-        .with_params(&write_params(WriteMode::Append))
-        .execute_uncommitted(part)
-        .await
-        .lance(what)?;
-    let Operation::Append { fragments } = staged.operation else {
-        return Err(shape_error(what, "the staged destination is not an append"));
-    };
-    let [mut destination] = <[Fragment; 1]>::try_from(fragments)
-        .map_err(|f| shape_error(what, format!("the destination spans {} fragments", f.len())))?;
-    destination.id = id;
-    Ok(destination)
+    stage_one_fragment(ds, part, id, what).await
 }
 
 /// The row map of `labels` over `sources`, written under `_fri/<map id>/` where Lance's reader

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::transaction::{Operation, RewriteGroup, TransactionBuilder};
@@ -70,20 +71,32 @@ async fn copy_of(ds: &Arc<Dataset>, source: &Fragment, dest: u64) -> Result<Frag
     let mut scan = ds.scan();
     scan.with_fragments(vec![source.clone()]);
     let rows: Vec<_> = scan.try_into_stream().await.lance(what)?.try_collect().await.lance(what)?;
+    let mut copy = stage_one_fragment(ds, rows, dest, what).await?;
+    // A compaction keeps a stable row id with its row.
+    copy.row_id_meta = source.row_id_meta.clone();
+    Ok(copy)
+}
+
+/// `rows` staged (not committed) by Lance's writer as one fragment numbered `id`; an error names
+/// `what` if the writer staged anything else.
+pub(super) async fn stage_one_fragment(
+    ds: &Arc<Dataset>,
+    rows: Vec<RecordBatch>,
+    id: u64,
+    what: &str,
+) -> Result<Fragment> {
     let staged = InsertBuilder::new(ds.clone())
         .with_params(&write_params(WriteMode::Append))
         .execute_uncommitted(rows)
         .await
         .lance(what)?;
     let Operation::Append { fragments } = staged.operation else {
-        return Err(shape_error(what, "the staged copy is not an append"));
+        return Err(shape_error(what, "the staged write is not an append"));
     };
-    let [mut copy] = <[Fragment; 1]>::try_from(fragments)
-        .map_err(|f| shape_error(what, format!("the copy spans {} fragments", f.len())))?;
-    copy.id = dest;
-    // A compaction keeps a stable row id with its row.
-    copy.row_id_meta = source.row_id_meta.clone();
-    Ok(copy)
+    let [mut fragment] = <[Fragment; 1]>::try_from(fragments)
+        .map_err(|f| shape_error(what, format!("the staged write spans {} fragments", f.len())))?;
+    fragment.id = id;
+    Ok(fragment)
 }
 
 pub(super) fn digest(f: &Fragment) -> FragmentDigest {
