@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use crate::error::{LanceContext, Result};
 
+mod partition;
 pub mod reuse;
 pub mod segments;
 

@@ -4,7 +4,8 @@
 //! * A **tagged** table: the sample table (`create_sample`) with reserved fragment ids and a tagged
 //!   fragment-reuse entry, recorded by a deferred compaction of fragment 0 (one ordered-compaction
 //!   transition, built with Lance's public `frag_reuse_entry_appending`). Its samples are tagged
-//!   rewrites (disjoint, overlapping, one along the recorded lineage), replacements of the reuse
+//!   rewrites (disjoint, overlapping, one along the recorded lineage), stable-partition rewrites
+//!   (`scenario::partition`: of fragment 1, of fragments 2 and 3), replacements of the reuse
 //!   entry (alone, and mixed with a new index) and index builds over the rewritten fragments,
 //!   beside an append, a delete and a column rewrite.
 //! * A **stable-row-id** table: the sample table's rows written with stable row ids, with
@@ -17,6 +18,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::transaction::{Operation, RewriteGroup, TransactionBuilder};
@@ -33,6 +35,7 @@ use lance_table::format::{Fragment, IndexMetadata};
 use roaring::{RoaringBitmap, RoaringTreemap};
 use uuid::Uuid;
 
+use super::partition::stable_partition;
 use super::{
     FRAGMENTS, ID_INDEX, ROWS_PER_FRAGMENT, Staged, batch, column_rewrite, create_sample, index_on,
     provide_sample_files, stage_append, stage_delete, staged, write_params,
@@ -53,7 +56,7 @@ pub(super) async fn lance_commit(ds: &Arc<Dataset>, op: Operation, what: &str) -
     Ok(Arc::new(CommitBuilder::new(ds.clone()).execute(txn).await.lance(what)?))
 }
 
-fn fragment(ds: &Dataset, id: u64) -> Result<Fragment> {
+pub(super) fn fragment(ds: &Dataset, id: u64) -> Result<Fragment> {
     ds.manifest()
         .fragments
         .iter()
@@ -68,23 +71,35 @@ async fn copy_of(ds: &Arc<Dataset>, source: &Fragment, dest: u64) -> Result<Frag
     let mut scan = ds.scan();
     scan.with_fragments(vec![source.clone()]);
     let rows: Vec<_> = scan.try_into_stream().await.lance(what)?.try_collect().await.lance(what)?;
+    let mut copy = stage_one_fragment(ds, rows, dest, what).await?;
+    // A compaction keeps a stable row id with its row.
+    copy.row_id_meta = source.row_id_meta.clone();
+    Ok(copy)
+}
+
+/// `rows` staged (not committed) by Lance's writer as one fragment numbered `id`; an error names
+/// `what` if the writer staged anything else.
+pub(super) async fn stage_one_fragment(
+    ds: &Arc<Dataset>,
+    rows: Vec<RecordBatch>,
+    id: u64,
+    what: &str,
+) -> Result<Fragment> {
     let staged = InsertBuilder::new(ds.clone())
         .with_params(&write_params(WriteMode::Append))
         .execute_uncommitted(rows)
         .await
         .lance(what)?;
     let Operation::Append { fragments } = staged.operation else {
-        return Err(shape_error(what, "the staged copy is not an append"));
+        return Err(shape_error(what, "the staged write is not an append"));
     };
-    let [mut copy] = <[Fragment; 1]>::try_from(fragments)
-        .map_err(|f| shape_error(what, format!("the copy spans {} fragments", f.len())))?;
-    copy.id = dest;
-    // A compaction keeps a stable row id with its row.
-    copy.row_id_meta = source.row_id_meta.clone();
-    Ok(copy)
+    let [mut fragment] = <[Fragment; 1]>::try_from(fragments)
+        .map_err(|f| shape_error(what, format!("the staged write spans {} fragments", f.len())))?;
+    fragment.id = id;
+    Ok(fragment)
 }
 
-fn digest(f: &Fragment) -> FragmentDigest {
+pub(super) fn digest(f: &Fragment) -> FragmentDigest {
     FragmentDigest {
         id: f.id,
         physical_rows: f.physical_rows.unwrap_or_default() as u64,
@@ -116,12 +131,13 @@ async fn tagged_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> Result<
     let entry = lance::index::frag_reuse::frag_reuse_entry_appending(ds, vec![transition])
         .await
         .lance("building a tagged fragment-reuse entry")?;
-    Ok(rewrite(old, new, Some(entry)))
+    Ok(rewrite(vec![old], vec![new], Some(entry)))
 }
 
-fn rewrite(old: Fragment, new: Fragment, entry: Option<IndexMetadata>) -> Operation {
+/// One rewrite group of `old` into `new`, with `entry` (the reuse entry it installs, if any).
+pub(super) fn rewrite(old: Vec<Fragment>, new: Vec<Fragment>, entry: Option<IndexMetadata>) -> Operation {
     Operation::Rewrite {
-        groups: vec![RewriteGroup { old_fragments: vec![old], new_fragments: vec![new] }],
+        groups: vec![RewriteGroup { old_fragments: old, new_fragments: new }],
         rewritten_indices: vec![],
         frag_reuse_index: entry,
     }
@@ -140,7 +156,7 @@ pub(super) async fn v0_compaction(ds: &Arc<Dataset>, source: u64, dest: u64) -> 
     };
     let versions = vec![Version { dataset_version: version, groups: vec![group] }];
     let entry = v0_entry(versions, RoaringBitmap::from_iter([dest as u32]), version);
-    Ok(rewrite(old, new, Some(entry)))
+    Ok(rewrite(vec![old], vec![new], Some(entry)))
 }
 
 /// A v0 fragment-reuse entry holding `versions` inline, with `bitmap` (the versions' new
@@ -231,6 +247,8 @@ pub async fn stage_tagged(ds: &Arc<Dataset>) -> Result<Vec<Staged>> {
         compaction(2, first + 1, "tagged-frag2").await?,
         compaction(1, first + 2, "tagged-frag1-again").await?,
         compaction(FRAGMENTS as u64, first + 3, "tagged-lineage-frag4").await?,
+        staged(kind, "sp-frag1", v, stable_partition(ds, &[1], first + 4).await?),
+        staged(kind, "sp-frag2-3", v, stable_partition(ds, &[2, 3], first + 6).await?),
         create_index(ds, "reuse-entry-trim", vec![], vec![entry.clone()]),
         create_index(ds, "reuse-entry-replace", vec![replacement], vec![entry.clone()]),
         create_index(ds, "reuse-entry-trim-with-v", vec![v_index_over(ds, &live)], vec![entry]),
