@@ -593,16 +593,7 @@ async fn judge_attempt(
     if fixed.judged {
         return Ok(judged_by_caller(latest, &state.log, started));
     }
-    let peers = &state.log.peers;
-    // With no peer the head is the base: skip re-reading it.
-    let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
-    if !peers.is_empty() {
-        verify_declared_rows(txn, &fixed.base, &state.facts);
-    }
-    let head_ref = head_state.as_ref().unwrap_or(&fixed.base);
-    let inputs = Inputs { base: &fixed.base, head: Some(head_ref), peers, facts: &state.facts };
-    let (verdict, checks) = resolve_prepared(txn, &fixed.prepared, &inputs);
-    debug_assert!(checks.len() <= peers.len(), "at most one check per peer");
+    let (verdict, checks) = drive(fixed, latest, &state.log.peers, &state.facts, txn).await?;
     Ok(AttemptReport {
         head: latest.manifest().version,
         peers: checks,
@@ -614,19 +605,50 @@ async fn judge_attempt(
     })
 }
 
+/// Run our driver over `peers` (everything committed after the read version, up to `latest`),
+/// rebasing `txn` (a fresh copy of our actions) in place: the verdict and the per-peer checks. The
+/// rows a caller declared are checked against the deletion files first; with no peer the head is
+/// the base, and is not read again.
+async fn drive(
+    fixed: &Fixed,
+    latest: &Dataset,
+    peers: &[Peer],
+    facts: &DeletionFacts,
+    txn: &mut ActionTxn,
+) -> CommitResult<(Verdict, Vec<PeerCheck>)> {
+    let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
+    if !peers.is_empty() {
+        verify_declared_rows(txn, &fixed.base, facts);
+    }
+    let head = head_state.as_ref().unwrap_or(&fixed.base);
+    let inputs = Inputs { base: &fixed.base, head: Some(head), peers, facts };
+    let (verdict, checks) = resolve_prepared(txn, &fixed.prepared, &inputs);
+    debug_assert!(checks.len() <= peers.len(), "at most one check per peer");
+    Ok((verdict, checks))
+}
+
+/// The Retry that ends an attempt whose head was passed by version `peer_version` (the commit loop
+/// itself decides this, not an action's rule).
+fn head_moved(peer_version: Option<u64>, detail: String) -> Verdict {
+    Verdict::Retry(lance_actions::Reason {
+        rule: lance_actions::Rule::HeadMoved,
+        ours: lance_actions::ActionKind::TxnContext,
+        peer_version,
+        peer_action: None,
+        path: None,
+        detail,
+    })
+}
+
 /// The caller judged our actions up to the read version: with no peer since, they stand as judged;
 /// a peer since ends the attempt, for the caller to judge again on the new head.
 fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> AttemptReport {
     let verdict = match log.peers.first() {
         None => Verdict::Ok,
-        Some(peer) => Verdict::Retry(lance_actions::Reason {
-            rule: lance_actions::Rule::HeadMoved,
-            ours: lance_actions::ActionKind::TxnContext,
-            peer_version: Some(peer.version),
-            peer_action: None,
-            path: None,
-            detail: format!("judged up to v{}; v{} landed since", log.read_version, peer.version),
-        }),
+        Some(peer) => head_moved(
+            Some(peer.version),
+            format!("judged up to v{}; v{} landed since", log.read_version, peer.version),
+        ),
     };
     AttemptReport {
         head: latest.manifest().version,
@@ -699,14 +721,13 @@ async fn write_attempt(
     let record = handler.record();
     entry.write = Some(record.clone());
     report.attempts.push(entry);
+    if let (Err(_), Some(version)) = (&result, record.written()) {
+        // Written, but Lance failed afterwards (for example reading it back): it landed.
+        let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
+        return Ok(Written::Landed(Box::new(ds)));
+    }
     match (result, record) {
         (Ok(ds), _) => Ok(Written::Landed(Box::new(ds))),
-        (Err(_), written) if written.written().is_some() => {
-            // Written, but Lance failed afterwards (for example reading it back): it landed.
-            let version = written.written().unwrap_or(head + 1);
-            let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
-            Ok(Written::Landed(Box::new(ds)))
-        }
         // Lance could not tell whether the manifest it handed over landed (the store answered a
         // conflict, and reading the version back failed).
         (Err(e), _) if e.is_commit_status_unknown() => {
@@ -765,7 +786,7 @@ struct JudgeAtWrite {
 }
 
 struct Lent {
-    log: Option<PeerLog>,
+    log: PeerLog,
     facts: DeletionFacts,
     outcome: Option<AtWriteReport>,
 }
@@ -795,7 +816,7 @@ impl JudgeAtWrite {
         let handed = lance_table::format::pb::Transaction::try_from(handed).ok()?;
         let read_version = state.log.read_version;
         let lent = Lent {
-            log: Some(std::mem::replace(&mut state.log, PeerLog::new(read_version))),
+            log: std::mem::replace(&mut state.log, PeerLog::new(read_version)),
             facts: std::mem::take(&mut state.facts),
             outcome: None,
         };
@@ -812,9 +833,7 @@ impl JudgeAtWrite {
     /// judgement at the write, when there was one.
     async fn give_back(&self, state: &mut LoopState) -> Option<AtWriteReport> {
         let mut lent = self.lent.lock().await;
-        if let Some(log) = lent.log.take() {
-            state.log = log;
-        }
+        state.log = std::mem::replace(&mut lent.log, PeerLog::new(state.log.read_version));
         state.facts = std::mem::take(&mut lent.facts);
         lent.outcome.take()
     }
@@ -828,42 +847,25 @@ impl JudgeAtWrite {
     }
 
     async fn judge(&self, lent: &mut Lent, head_version: u64) -> CommitResult<AtWriteReport> {
-        let log = lent
-            .log
-            .as_mut()
-            .ok_or_else(|| lance_err("judging at the write")(lance::Error::internal("no peers lent")))?;
         let head = Arc::new(
             self.judged_at.checkout_version(head_version).await.map_err(lance_err("reading the latest version"))?,
         );
-        log.catch_up(&head, &self.fixed.at_read.manifest().schema).await?;
-        if log.landed(&self.fixed.uuid).is_some() {
+        lent.log.catch_up(&head, &self.fixed.at_read.manifest().schema).await?;
+        if let Some(landed) = lent.log.landed(&self.fixed.uuid) {
             // An earlier run of this transaction landed: the loop's next attempt reports it.
-            let reason = lance_actions::Reason {
-                rule: lance_actions::Rule::HeadMoved,
-                ours: lance_actions::ActionKind::TxnContext,
-                peer_version: log.landed(&self.fixed.uuid),
-                peer_action: None,
-                path: None,
-                detail: "a version past the judged head carries this transaction's uuid".into(),
-            };
-            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict: Verdict::Retry(reason) });
+            let verdict =
+                head_moved(Some(landed), "a version past the judged head carries this transaction's uuid".into());
+            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict });
         }
         let mut txn = self.fixed.ours.clone();
-        lent.facts.load_more(&head, &self.fixed.base, &txn, &log.peers).await?;
-        verify_declared_rows(&mut txn, &self.fixed.base, &lent.facts);
-        let head_state = table_state(&head).await?;
-        let inputs = Inputs { base: &self.fixed.base, head: Some(&head_state), peers: &log.peers, facts: &lent.facts };
-        let (mut verdict, peers) = resolve_prepared(&mut txn, &self.fixed.prepared, &inputs);
+        lent.facts.load_more(&head, &self.fixed.base, &txn, &lent.log.peers).await?;
+        let (mut verdict, peers) = drive(&self.fixed, &head, &lent.log.peers, &lent.facts, &mut txn).await?;
         if verdict.is_ok() && txn != self.lowered {
             // Ours would be lowered differently on this head: the next attempt does that.
-            verdict = Verdict::Retry(lance_actions::Reason {
-                rule: lance_actions::Rule::HeadMoved,
-                ours: lance_actions::ActionKind::TxnContext,
-                peer_version: Some(head_version),
-                peer_action: None,
-                path: None,
-                detail: "the writers since the judged head change how this transaction is lowered".into(),
-            });
+            verdict = head_moved(
+                Some(head_version),
+                "the writers since the judged head change how this transaction is lowered".into(),
+            );
         }
         Ok(AtWriteReport { head: head_version, peers, verdict })
     }
