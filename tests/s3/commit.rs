@@ -267,21 +267,25 @@ async fn stage(ds: &Arc<Dataset>, op: &Op) -> (Transaction, Option<RowAddrTreeMa
 
 async fn verify(uri: &str, base: &[(i64, i64)], logs: &[Log]) {
     let ds = Dataset::open(uri).await.expect("open the head");
-    // Every commit reported landed is in the history, once, at the version reported: the history
-    // is what a lost or doubled landing would show first, before any scan.
+    // Every version's transaction, read once for the checks below.
     let mut history = BTreeMap::new();
     for v in 1..=ds.manifest().version {
         let txn = ds.read_transaction_by_version(v).await.expect("read a transaction").expect("a transaction");
-        history.insert(v, (txn.uuid.clone(), txn.operation.name().to_string(), txn.read_version));
+        history.insert(v, txn);
     }
+    // Every commit reported landed is in the history, once, at the version reported: the history
+    // is what a lost or doubled landing would show first, before any scan.
     for (w, log) in logs.iter().enumerate() {
         for (v, uuid) in &log.landed {
-            let at: Vec<u64> = history.iter().filter(|(_, (u, _, _))| u == uuid).map(|(v, _)| *v).collect();
+            let at: Vec<u64> = history.iter().filter(|(_, t)| &t.uuid == uuid).map(|(v, _)| *v).collect();
+            let around: Vec<_> = history
+                .range(v.saturating_sub(3)..=v + 3)
+                .map(|(v, t)| (v, &t.uuid, t.operation.name(), t.read_version))
+                .collect();
             assert_eq!(
                 at,
                 [*v],
-                "writer {w}'s commit {uuid}, reported landed at v{v}, is in the history at {at:?}; history around it: {:?}",
-                history.range(v.saturating_sub(3)..=v + 3).collect::<Vec<_>>()
+                "writer {w}'s commit {uuid}, reported landed at v{v}, is in the history at {at:?}; history around it: {around:?}"
             );
         }
     }
@@ -297,13 +301,12 @@ async fn verify(uri: &str, base: &[(i64, i64)], logs: &[Log]) {
     let lost: Vec<_> = expected.iter().filter(|(k, v)| found.get(k) != Some(v)).take(10).collect();
     let extra: Vec<_> = found.keys().filter(|k| !expected.contains_key(k)).take(10).collect();
     assert!(lost.is_empty() && extra.is_empty(), "lost or wrong rows {lost:?}, resurrected rows {extra:?}");
-    for v in 1..=ds.manifest().version {
-        let txn = ds.read_transaction_by_version(v).await.expect("read a transaction").expect("a transaction");
-        actions_of(&txn).unwrap_or_else(|e| panic!("version {v}'s actions do not decode: {e}"));
+    for (v, txn) in &history {
+        actions_of(txn).unwrap_or_else(|e| panic!("version {v}'s actions do not decode: {e}"));
     }
     for (v, path) in logs.iter().flat_map(|l| l.blamed.iter()) {
-        let txn = ds.read_transaction_by_version(*v).await.expect("read").expect("the blamed peer");
-        let wrote = actions_of(&txn).expect("peer decodes").writes().iter().any(|p| &p.to_string() == path);
+        let txn = history.get(v).expect("the blamed peer is in the history");
+        let wrote = actions_of(txn).expect("peer decodes").writes().iter().any(|p| &p.to_string() == path);
         assert!(wrote, "a verdict blamed v{v} for writing {path}, which it did not");
     }
 }
