@@ -7,6 +7,7 @@ use arrow_pyarrow::PyArrowType;
 use arrow_schema::Schema as ArrowSchema;
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
+use lance_actions::driver::PeerCheck;
 use lance_actions::{Action, AnyAction, Mask};
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::judge::derive_affected_rows;
@@ -114,23 +115,32 @@ pub fn commit(
     Ok(report_json(&report).to_string())
 }
 
-/// The commit report as data: the version landed and, per attempt, the head checked, every
-/// peer's verdict and the outcome of the manifest write.
+/// Each peer's check as data.
+fn peers_json(peers: &[PeerCheck]) -> Vec<Value> {
+    peers
+        .iter()
+        .map(|p| json!({"version": p.version, "overlapping_pairs": p.overlapping_pairs, "verdict": verdict_json(&p.verdict)}))
+        .collect()
+}
+
+/// The commit report as data: the version landed and, per attempt, the head checked (and whether a
+/// listing of ours found it), every peer's verdict, the writers judged at the manifest write
+/// (`at_write`, `design/commit.md`, "Judged at the write") and the outcome of the manifest write.
 pub fn report_json(report: &CommitReport) -> Value {
     let attempts: Vec<Value> = report
         .attempts
         .iter()
         .map(|a| {
-            let peers: Vec<Value> = a
-                .peers
-                .iter()
-                .map(|p| json!({"version": p.version, "overlapping_pairs": p.overlapping_pairs, "verdict": verdict_json(&p.verdict)}))
-                .collect();
+            let at_write = a.at_write.as_ref().map(|w| {
+                json!({"head": w.head, "verdict": w.verdict.label(), "reason": w.verdict.reason().map(reason_json), "peers": peers_json(&w.peers)})
+            });
             json!({
                 "head": a.head,
+                "listed": a.listed,
                 "verdict": a.verdict.label(),
                 "reason": a.verdict.reason().map(reason_json),
-                "peers": peers,
+                "peers": peers_json(&a.peers),
+                "at_write": at_write,
                 "write": a.write.as_ref().map(|w| format!("{w:?}")),
                 "checking_seconds": a.checking.as_secs_f64(),
             })
@@ -157,12 +167,7 @@ pub fn judge(
     };
     let j = block_on(py, work)?.map_err(|f| f.into_py(py))?;
     let v = &j.resolution.verdict;
-    let peers: Vec<Value> = j
-        .resolution
-        .peers
-        .iter()
-        .map(|p| json!({"version": p.version, "overlapping_pairs": p.overlapping_pairs, "verdict": verdict_json(&p.verdict)}))
-        .collect();
+    let peers = peers_json(&j.resolution.peers);
     Ok(json!({
         "verdict": v.label(),
         "reason": v.reason().map(reason_json),
