@@ -18,6 +18,8 @@
 #[path = "../tests/s3/server.rs"]
 mod server;
 
+use std::collections::BTreeMap;
+
 use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, run};
 
 const BUCKET: &str = "bench";
@@ -41,6 +43,8 @@ fn main() {
 struct Cell {
     t: Throughput,
     round_trips_per_commit: f64,
+    /// Requests per landed commit by method and what they touch (`GET manifest 2.0, LIST 1.0`).
+    by_kind: String,
 }
 
 async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
@@ -51,6 +55,7 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
         "| workload | N | way | commits/s | re-executions/commit | retries/commit | round trips/commit | commits/s vs lance | round trips vs lance |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
+    let mut breakdown = Vec::new();
     for workload in [Workload::Append, Workload::DeleteRows] {
         for &n in ns {
             let mut lance: Option<Cell> = None;
@@ -73,6 +78,7 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
                     cell.t.reexecutions_per_commit,
                     cell.round_trips_per_commit,
                 );
+                breakdown.push(format!("| {} | {n} | {} | {} |", workload.name(), way.name(), cell.by_kind));
                 // Ours is compared with the last Lance way: given the affected rows where it takes them.
                 if way != Way::Ours {
                     lance = Some(cell);
@@ -80,18 +86,35 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
             }
         }
     }
+    println!("\nRequests per landed commit, by kind:\n\n| workload | N | way | requests |\n|---|---|---|---|");
+    for line in breakdown {
+        println!("{line}");
+    }
 }
 
 async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64) -> Cell {
     let name = format!("{}-{}-{n}", workload.name(), way.name());
     // What creating the table costs, measured on a twin, is not a commit's cost.
-    let before = s3.responses();
+    let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
     create(&uri(&format!("{name}-twin")), n, ops).await.expect("create the twin table");
     let creation = s3.responses() - before;
-    let before = s3.responses();
+    let creation_kinds = since(&s3.requests_by_kind(), &kinds_before);
+    let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
     let t = run(&uri(&name), way, workload, n, ops).await.expect("run");
     let spent = (s3.responses() - before).saturating_sub(creation);
-    Cell { t, round_trips_per_commit: spent as f64 / (n * ops) as f64 }
+    let commits = (n * ops) as f64;
+    let by_kind = since(&since(&s3.requests_by_kind(), &kinds_before), &creation_kinds)
+        .into_iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(kind, count)| format!("{kind} {:.1}", count as f64 / commits))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Cell { t, round_trips_per_commit: spent as f64 / commits, by_kind }
+}
+
+/// The requests counted in `now` but not in `then`, by kind.
+fn since(now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    now.iter().map(|(kind, count)| (kind.clone(), count.saturating_sub(*then.get(kind).unwrap_or(&0)))).collect()
 }
 
 fn uri(name: &str) -> String {

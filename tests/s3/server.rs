@@ -96,6 +96,11 @@ impl S3 {
     pub fn responses(&self) -> u64 {
         self.relay.responses.load(Ordering::SeqCst)
     }
+
+    /// Requests the relay has carried, by method and what they touch (`GET manifest`, `LIST`, ...).
+    pub fn requests_by_kind(&self) -> std::collections::BTreeMap<String, u64> {
+        self.relay.kinds.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl Drop for S3 {
@@ -168,6 +173,8 @@ struct Relay {
     connections: AtomicU64,
     responses: AtomicU64,
     conditional_puts: std::sync::Mutex<()>,
+    /// Requests by [`request_kind`].
+    kinds: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Relay {
@@ -182,6 +189,7 @@ impl Relay {
             connections: AtomicU64::new(0),
             responses: AtomicU64::new(0),
             conditional_puts: std::sync::Mutex::new(()),
+            kinds: Default::default(),
         });
         let accepting = relay.clone();
         std::thread::spawn(move || {
@@ -191,6 +199,10 @@ impl Relay {
             }
         });
         Ok(relay)
+    }
+
+    fn tally(&self, kind: String) {
+        *self.kinds.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default() += 1;
     }
 
     fn set_up(&self, up: bool) {
@@ -205,9 +217,15 @@ impl Relay {
             drop(client);
             return;
         }
+        let head = peek_request_head(&client);
+        if let Some(head) = &head {
+            self.tally(request_kind(head));
+        }
         // Held until this connection's one request has been answered.
-        let _one_create_at_a_time =
-            is_conditional_put(&client).then(|| self.conditional_puts.lock().unwrap_or_else(|e| e.into_inner()));
+        let _one_create_at_a_time = head
+            .as_deref()
+            .is_some_and(is_conditional_put)
+            .then(|| self.conditional_puts.lock().unwrap_or_else(|e| e.into_inner()));
         let Ok(server) = TcpStream::connect(self.upstream) else { return };
         self.connections.fetch_add(1, Ordering::SeqCst);
         let epoch = self.epoch.load(Ordering::SeqCst);
@@ -248,27 +266,54 @@ impl Relay {
     }
 }
 
-/// Does the request waiting on `client` create an object only if absent (`PUT` with
-/// `If-None-Match`)? Reads its head without consuming it; a head not complete within a second is
-/// taken as not one.
-fn is_conditional_put(client: &TcpStream) -> bool {
+/// The head (request line and headers) of the request waiting on `client`, read without consuming
+/// it; `None` when it is not complete within a second or does not fit 16 KiB.
+fn peek_request_head(client: &TcpStream) -> Option<String> {
     let mut buf = [0u8; 16 * 1024];
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
     while std::time::Instant::now() < deadline {
-        let Ok(n) = client.peek(&mut buf) else { return false };
+        let n = client.peek(&mut buf).ok()?;
         let head = &buf[..n];
-        if n >= 4 && !head.starts_with(b"PUT ") {
-            return false;
-        }
         if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            return String::from_utf8_lossy(&head[..end]).to_ascii_lowercase().contains("\r\nif-none-match:");
+            return Some(String::from_utf8_lossy(&head[..end]).into_owned());
         }
         if n == buf.len() {
-            return false;
+            return None;
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    false
+    None
+}
+
+/// Does the request create an object only if absent (`PUT` with `If-None-Match`)?
+fn is_conditional_put(head: &str) -> bool {
+    head.starts_with("PUT ") && head.to_ascii_lowercase().contains("\r\nif-none-match:")
+}
+
+/// A request's method and what it touches in a Lance table, for the benches' breakdown of round
+/// trips: `GET manifest`, `PUT transaction`, `LIST`, ...
+fn request_kind(head: &str) -> String {
+    let line = head.lines().next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let method = parts.next().unwrap_or("?");
+    let target = parts.next().unwrap_or_default();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let what = if query.contains("list-type") || (method == "GET" && query.contains("prefix=")) {
+        return "LIST".to_string();
+    } else if path.contains("/_versions/") {
+        "manifest"
+    } else if path.contains("/_transactions/") {
+        "transaction"
+    } else if path.contains("/_deletions/") {
+        "deletion"
+    } else if path.contains("/_indices/") {
+        "index"
+    } else if path.contains("/data/") {
+        "data"
+    } else {
+        "other"
+    };
+    format!("{method} {what}")
 }
 
 /// Counts HTTP/1.1 status lines in one connection's response bytes, across read boundaries: a

@@ -335,6 +335,7 @@ impl ActionCommit {
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
             let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
+            let writing = Instant::now();
             match write_attempt(&fixed, &latest, txn, op, entry, &mut state, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
@@ -348,6 +349,10 @@ impl ActionCommit {
                     state.next_head =
                         exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(&fixed));
                     at_once = !put_lost;
+                    if put_lost {
+                        // Writers that met at one version's put retry that far apart, or meet again.
+                        attempts.collided_over(writing.elapsed());
+                    }
                 }
             }
         }

@@ -3,7 +3,12 @@
 //!
 //! Writers that lose a race to the same version tend to lose it again together if they retry at
 //! once, so every retry waits a random time ("full jitter") in `[0, step)`, where the step starts
-//! at `base` and doubles per attempt up to `max_delay`. The bound is one type, [`RetryPolicy`], so
+//! at `base` and doubles per attempt up to `max_delay`. A loop that measured how long its colliding
+//! step took (a commit's manifest write: the window in which another writer's write can beat it)
+//! tells its [`Attempts`] ([`Attempts::collided_over`]), and the steps then start at twice that
+//! window instead of `base`: writers that collided over a 60 ms object-store commit gain nothing
+//! from retrying 2 ms apart, they collide again. (Lance's own commit loop sizes its backoff slots by
+//! its first attempt's time for the same reason, `SlotBackoff`.) The bound is one type, [`RetryPolicy`], so
 //! the commit loop, keyed writes and replay count attempts the same way and report the same number.
 //!
 //! A loop adopts it in a few lines:
@@ -92,7 +97,7 @@ impl RetryPolicy {
 
     /// A counter of attempts under this policy.
     pub fn attempts(&self) -> Attempts {
-        Attempts { policy: *self, made: 0 }
+        Attempts { policy: *self, made: 0, window: None }
     }
 }
 
@@ -102,6 +107,8 @@ impl RetryPolicy {
 pub struct Attempts {
     policy: RetryPolicy,
     made: usize,
+    /// The colliding step's time, once measured ([`Attempts::collided_over`]).
+    window: Option<Duration>,
 }
 
 impl Attempts {
@@ -111,8 +118,38 @@ impl Attempts {
             return None;
         }
         self.made += 1;
-        self.policy.pause_before(self.made).await;
+        let delay = self.delay_before(self.made);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         Some(self.made)
+    }
+
+    /// The last attempt collided with another writer over a step that took `window` (for a commit,
+    /// its manifest write): from now on the steps are at least `2 * window`, doubling per attempt,
+    /// capped at the policy's `max_delay` or `8 * window`, whichever is longer. The first
+    /// measurement is kept: a window measured under contention is inflated by the contention.
+    pub fn collided_over(&mut self, window: Duration) {
+        self.window.get_or_insert(window);
+    }
+
+    /// The upper bound of the wait before attempt `attempt`: the policy's step, or the collision
+    /// window's when one was measured and it is longer.
+    pub fn step_before(&self, attempt: usize) -> Duration {
+        let step = self.policy.step_before(attempt);
+        let Some(window) = self.window.filter(|_| attempt > 1) else { return step };
+        let doublings = (attempt - 2).min(16) as u32;
+        let widened = window.saturating_mul(2u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(8)));
+        step.max(widened)
+    }
+
+    /// A random wait in `[0, step_before(attempt))` (full jitter).
+    fn delay_before(&self, attempt: usize) -> Duration {
+        let step = self.step_before(attempt);
+        if step.is_zero() {
+            return step;
+        }
+        step.mul_f64(rand::rng().random_range(0.0..1.0))
     }
 
     /// Start the next attempt at once, without the policy's wait: for a loop whose last attempt
@@ -158,6 +195,22 @@ mod tests {
     fn a_huge_attempt_number_does_not_overflow() {
         let p = RetryPolicy::new(usize::MAX, Duration::from_secs(u64::MAX / 4));
         assert_eq!(p.step_before(usize::MAX), p.max_delay);
+    }
+
+    #[test]
+    fn a_measured_collision_window_widens_the_steps_and_a_short_one_does_not() {
+        let policy = RetryPolicy::new(10, Duration::from_millis(2)).with_max_delay(Duration::from_millis(250));
+        let mut slow = policy.attempts();
+        slow.collided_over(Duration::from_millis(60));
+        slow.collided_over(Duration::from_millis(500)); // the first measurement is kept
+        let steps: Vec<u128> = (1..=6).map(|a| slow.step_before(a).as_millis()).collect();
+        assert_eq!(steps, vec![0, 120, 240, 480, 480, 480], "2, 4, 8 windows, capped at 8 windows");
+        let mut fast = policy.attempts();
+        fast.collided_over(Duration::from_micros(100));
+        let steps: Vec<u128> = (1..=4).map(|a| fast.step_before(a).as_micros()).collect();
+        assert_eq!(steps, vec![0, 2_000, 4_000, 8_000], "a window shorter than the base leaves the policy's steps");
+        let unmeasured: Vec<u128> = (1..=4).map(|a| policy.attempts().step_before(a).as_millis()).collect();
+        assert_eq!(unmeasured, vec![0, 2, 4, 8]);
     }
 
     #[tokio::test]
