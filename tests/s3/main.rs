@@ -19,6 +19,7 @@ mod faults;
 mod graph;
 mod keyed;
 mod replay;
+mod requests;
 mod server;
 mod support;
 
@@ -61,6 +62,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     faults::a_lost_manifest_response_lands_once,
     faults::a_retried_manifest_write_meeting_its_own_object_lands_once,
     cli::the_cli_reaches_s3_through_storage_options_alone,
+    requests::an_uncontended_commit_makes_lances_own_requests,
 ];
 
 /// The part of libtest's command line that cargo and nextest use: `--list [--format terse]`,
