@@ -745,8 +745,9 @@ async fn write_attempt(
         }
         (Err(_), WriteRecord::LostRace) => {
             // The put met version `head + 1` (or the one the judgement at the write admitted). An
-            // append stands where it stood and lets Lance's next listing find that writer, which it
-            // then judges at the write from what Lance has just read; anything else reads it itself.
+            // operation judged at the write stands where it stood and lets Lance's next listing find
+            // that writer, which it then judges at the write from what Lance has just read; anything
+            // else reads it itself.
             let exists = if eligible { head } else { head + 1 };
             Ok(Written::LostRace { dataset_saw: head, exists: Some(exists), put_lost: true })
         }
@@ -803,11 +804,15 @@ impl std::fmt::Debug for JudgeAtWrite {
 }
 
 impl JudgeAtWrite {
-    /// Only an append, whose rebase Lance performs exactly as ours (it re-numbers the new fragments
-    /// at the manifest build and changes nothing in the transaction), written through the dataset's
-    /// own handler, by a loop that judges its peers itself.
+    /// An append or a delete, whose manifest Lance builds from the head and the transaction alone
+    /// (the read version enters only the MemWAL coverage credit, which an older read version can
+    /// only make smaller), written through the dataset's own handler, by a loop that judges its
+    /// peers itself. Whether Lance's rebase left the transaction as it was (an append's always is;
+    /// a delete's is unless a writer in between touched its fragments) is checked at the write,
+    /// and so is whether our own rebase would leave it as it was.
     fn eligible(fixed: &Fixed, op: &lance::dataset::transaction::Operation) -> bool {
-        matches!(op, lance::dataset::transaction::Operation::Append { .. }) && fixed.inner.stands_on_known_heads(fixed)
+        use lance::dataset::transaction::Operation;
+        matches!(op, Operation::Append { .. } | Operation::Delete { .. }) && fixed.inner.stands_on_known_heads(fixed)
     }
 
     fn lend(

@@ -60,7 +60,7 @@ async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed
 }
 
 #[tokio::test]
-async fn a_delete_behind_a_landed_append_stands_on_the_head_lance_saw() {
+async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
     let stale = create_sample(&uri).await.expect("sample");
@@ -70,16 +70,55 @@ async fn a_delete_behind_a_landed_append_stands_on_the_head_lance_saw() {
     stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
     let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
     assert_eq!(landed.manifest().version, v + 2);
-    // A delete is not judged at the write: refused there, then judged on the head Lance reached,
-    // which the second attempt reads without a listing of ours.
-    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
     assert_eq!(report.listings(), 0);
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::Refused { asked: v + 2 }));
-    assert!(report.attempts[0].at_write.is_none());
-    assert_eq!((report.attempts[1].head, report.attempts[1].peers.len()), (v + 1, 1));
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 + 2 - 1);
     assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
+}
+
+#[tokio::test]
+async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    // Rows 3 and 20 live in fragments 0 and 2 (8 rows per fragment).
+    let theirs = stage_delete(&stale, "a", "id = 20").await.expect("stage theirs");
+    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 2, "both deletes hold");
+    assert!(!seen.contains(&3) && !seen.contains(&20) && seen.contains(&4) && seen.contains(&21));
+}
+
+/// A writer that deleted other rows of our fragment changes what our delete must write (the union
+/// of both vectors): never admitted at the write, whose manifest would carry our vector alone and
+/// resurrect the writer's row. The next attempt merges the vectors.
+#[tokio::test]
+async fn a_delete_behind_a_landed_delete_of_its_own_fragment_is_merged_by_another_attempt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    let theirs = stage_delete(&stale, "a", "id = 5").await.expect("stage theirs");
+    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_ne!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    assert_eq!((report.attempts[1].head, report.attempts[1].peers.len()), (v + 1, 1));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 2, "both deletes hold: no row resurrected");
+    assert!(!seen.contains(&3) && !seen.contains(&5) && seen.contains(&4));
 }
 
 #[tokio::test]
