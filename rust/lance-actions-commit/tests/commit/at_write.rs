@@ -3,11 +3,14 @@
 //! Lance's" and "Judged at the write"). Every test checks the table's rows, not only the report.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use lance::Dataset;
 use lance::dataset::CommitBuilder;
-use lance_actions_commit::DatasetActionsExt;
+use lance::dataset::transaction::Transaction;
 use lance_actions_commit::expect_version::WriteRecord;
 use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete};
+use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
 use crate::support::{latest, scan_ids};
 
@@ -15,27 +18,71 @@ fn ids(range: std::ops::Range<i64>) -> Vec<i64> {
     range.collect()
 }
 
-#[tokio::test]
-async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
+/// A write staged on the sample table: an append of these ids, or a delete by predicate.
+enum Stage {
+    Append(std::ops::Range<i64>),
+    Delete(&'static str),
+}
+
+impl Stage {
+    async fn on(self, ds: &Arc<Dataset>, variant: &str) -> Transaction {
+        match self {
+            Stage::Append(range) => stage_append(ds, variant, &ids(range)).await.expect("stage an append").txn,
+            Stage::Delete(predicate) => stage_delete(ds, variant, predicate).await.expect("stage a delete").txn,
+        }
+    }
+}
+
+/// Ours committed from a handle that `theirs` has gone past: both staged on the sample table,
+/// theirs landed first.
+struct Behind {
+    _dir: tempfile::TempDir,
+    uri: String,
+    /// The version both were staged on.
+    v: u64,
+    landed: u64,
+    report: CommitReport,
+}
+
+async fn ours_behind(theirs: Stage, ours: Stage) -> Behind {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
     let stale = create_sample(&uri).await.expect("sample");
     let v = stale.manifest().version;
-    let theirs = stage_append(&stale, "a", &ids(100..104)).await.expect("stage theirs");
-    let ours = stage_append(&stale, "b", &ids(200..203)).await.expect("stage ours");
-    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
-    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
-    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
-    assert_eq!(report.listings(), 0, "Lance's listing was the only one");
-    let attempt = &report.attempts[0];
-    assert_eq!(attempt.head, v, "the attempt stood on the caller's handle");
-    assert_eq!(attempt.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
-    let at_write = attempt.at_write.as_ref().expect("judged at the write");
-    assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
-    assert!(at_write.verdict.is_ok());
-    assert_eq!(report.peers_checked(), 1);
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let theirs = theirs.on(&stale, "a").await;
+    let ours = ours.on(&stale, "b").await;
+    stale.action_commit().execute(theirs).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    Behind { _dir: dir, uri, v, landed: landed.manifest().version, report }
+}
+
+impl Behind {
+    /// Landed in one attempt, admitted at the write over the one writer in between, with no
+    /// listing of ours.
+    fn assert_judged_at_the_write(&self) {
+        let (v, report) = (self.v, &self.report);
+        assert_eq!(self.landed, v + 2);
+        assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+        assert_eq!(report.listings(), 0, "Lance's listing was the only one");
+        let attempt = &report.attempts[0];
+        assert_eq!(attempt.head, v, "the attempt stood on the caller's handle");
+        assert_eq!(attempt.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+        let at_write = attempt.at_write.as_ref().expect("judged at the write");
+        assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
+        assert!(at_write.verdict.is_ok());
+        assert_eq!(report.peers_checked(), 1);
+    }
+
+    async fn scan(&self) -> (BTreeSet<i64>, usize) {
+        scan_ids(&*latest(&self.uri).await).await
+    }
+}
+
+#[tokio::test]
+async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
+    let behind = ours_behind(Stage::Append(100..104), Stage::Append(200..203)).await;
+    behind.assert_judged_at_the_write();
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 4 + 3, "every row once");
     assert!(ids(100..104).iter().chain(&ids(200..203)).all(|i| seen.contains(i)));
 }
@@ -61,40 +108,19 @@ async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed
 
 #[tokio::test]
 async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
-    let v = stale.manifest().version;
-    let theirs = stage_append(&stale, "a", &ids(100..102)).await.expect("stage theirs");
-    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
-    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
-    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
-    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
-    assert_eq!(report.listings(), 0);
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
-    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
-    assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let behind = ours_behind(Stage::Append(100..102), Stage::Delete("id = 3")).await;
+    behind.assert_judged_at_the_write();
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 2 - 1);
     assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
 }
 
 #[tokio::test]
 async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_write() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
-    let v = stale.manifest().version;
     // Rows 3 and 20 live in fragments 0 and 2 (8 rows per fragment).
-    let theirs = stage_delete(&stale, "a", "id = 20").await.expect("stage theirs");
-    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
-    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
-    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
-    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let behind = ours_behind(Stage::Delete("id = 20"), Stage::Delete("id = 3")).await;
+    behind.assert_judged_at_the_write();
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold");
     assert!(!seen.contains(&3) && !seen.contains(&20) && seen.contains(&4) && seen.contains(&21));
 }
@@ -104,19 +130,13 @@ async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_wr
 /// resurrect the writer's row. The next attempt merges the vectors.
 #[tokio::test]
 async fn a_delete_behind_a_landed_delete_of_its_own_fragment_is_merged_by_another_attempt() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
-    let v = stale.manifest().version;
-    let theirs = stage_delete(&stale, "a", "id = 5").await.expect("stage theirs");
-    let ours = stage_delete(&stale, "b", "id = 3").await.expect("stage ours");
-    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
-    let (landed, report) = stale.action_commit().execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
+    let behind = ours_behind(Stage::Delete("id = 5"), Stage::Delete("id = 3")).await;
+    let (v, report) = (behind.v, &behind.report);
+    assert_eq!(behind.landed, v + 2);
     assert_eq!(report.attempts.len(), 2, "{report:?}");
-    assert_ne!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    assert!(report.attempts[0].write.as_ref().and_then(WriteRecord::written).is_none(), "{report:?}");
     assert_eq!((report.attempts[1].head, report.attempts[1].peers.len()), (v + 1, 1));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold: no row resurrected");
     assert!(!seen.contains(&3) && !seen.contains(&5) && seen.contains(&4));
 }
