@@ -341,13 +341,19 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     return Ok((*ds, report));
                 }
-                Written::LostRace { dataset_saw, exists, put_lost } => {
+                Written::LostRace { dataset_saw, exists, put_lost, named_by_lance } => {
                     state.dataset_saw = state.dataset_saw.max(dataset_saw);
+                    // Lance names the first writer its rebase refused, not the newest it listed:
+                    // standing there again and again, one version per attempt, a writer behind a
+                    // busy table never reaches the head (seen: 100 attempts in the bench). The
+                    // second such refusal in a row lists instead.
+                    let crawling = named_by_lance && state.named_by_lance;
+                    state.named_by_lance = named_by_lance;
                     // A judgement at the write may have read the peers past the version known to
                     // exist: they exist too, and the next attempt stands on no less.
                     let reach = state.log.reach();
                     state.next_head =
-                        exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(&fixed));
+                        exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(&fixed) && !crawling);
                     at_once = !put_lost;
                     if put_lost {
                         // Writers that met at one version's put retry that far apart, or meet again.
@@ -504,6 +510,8 @@ struct LoopState {
     /// The version the next attempt stands on without a listing of ours; `None`: list
     /// ([`ActionCommit::head_for_attempt`]).
     next_head: Option<u64>,
+    /// The last attempt ended with Lance's rebase naming a writer it refused.
+    named_by_lance: bool,
 }
 
 impl LoopState {
@@ -519,6 +527,7 @@ impl LoopState {
             known: newest,
             dataset_saw: read_version,
             next_head,
+            named_by_lance: false,
         }
     }
 }
@@ -678,6 +687,9 @@ enum Written {
         dataset_saw: u64,
         exists: Option<u64>,
         put_lost: bool,
+        /// Lance's own rebase refused before any write, naming the writer it conflicted with:
+        /// the first such writer past our head, not necessarily the newest version Lance listed.
+        named_by_lance: bool,
     },
 }
 
@@ -741,7 +753,12 @@ async fn write_attempt(
         // Lance built version `asked`: its listing saw `asked - 1` as the head.
         (Err(_), WriteRecord::Refused { asked }) => {
             let saw = asked.saturating_sub(1);
-            Ok(Written::LostRace { dataset_saw: saw, exists: (saw > head).then_some(saw), put_lost: false })
+            Ok(Written::LostRace {
+                dataset_saw: saw,
+                exists: (saw > head).then_some(saw),
+                put_lost: false,
+                named_by_lance: false,
+            })
         }
         (Err(_), WriteRecord::LostRace) => {
             // The put met version `head + 1` (or the one the judgement at the write admitted). An
@@ -749,16 +766,21 @@ async fn write_attempt(
             // that writer, which it then judges at the write from what Lance has just read; anything
             // else reads it itself.
             let exists = if eligible { head } else { head + 1 };
-            Ok(Written::LostRace { dataset_saw: head, exists: Some(exists), put_lost: true })
+            Ok(Written::LostRace { dataset_saw: head, exists: Some(exists), put_lost: true, named_by_lance: false })
         }
         // Lance's own rebase saw a peer landing between our read and its commit: the version it
         // names landed.
         (
             Err(lance::Error::RetryableCommitConflict { version, .. } | lance::Error::CommitConflict { version, .. }),
             WriteRecord::NotAttempted,
-        ) => Ok(Written::LostRace { dataset_saw: head, exists: (version > head).then_some(version), put_lost: false }),
+        ) => Ok(Written::LostRace {
+            dataset_saw: head,
+            exists: (version > head).then_some(version),
+            put_lost: false,
+            named_by_lance: true,
+        }),
         (Err(lance::Error::IncompatibleTransaction { .. }), WriteRecord::NotAttempted) => {
-            Ok(Written::LostRace { dataset_saw: head, exists: None, put_lost: false })
+            Ok(Written::LostRace { dataset_saw: head, exists: None, put_lost: false, named_by_lance: false })
         }
         (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
             uuid: fixed.uuid.clone(),

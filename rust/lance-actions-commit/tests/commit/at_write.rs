@@ -177,3 +177,29 @@ async fn racing_appends_from_a_stale_handle_each_land_once() {
     assert_eq!(total, 32 + 8 * 3, "every row exactly once");
     assert!((0..8).all(|w| (0..3).all(|i| seen.contains(&(1000 + w * 10 + i)))));
 }
+
+/// Lance's rebase names the first writer it refused, not the newest version it listed. A delete
+/// staged before five writers deleted other rows of its fragment must not crawl one version per
+/// attempt (standing on each named writer in turn): the second refusal in a row lists, and the
+/// third attempt judges all five and merges their vectors.
+#[tokio::test]
+async fn a_delete_behind_many_deletes_of_its_fragment_reaches_the_head_in_three_attempts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let stale = create_sample(&uri).await.expect("sample");
+    let v = stale.manifest().version;
+    let ours = Stage::Delete("id = 3").on(&stale, "ours").await;
+    for (i, id) in [0, 1, 2, 4, 5].into_iter().enumerate() {
+        let head = latest(&uri).await;
+        let theirs = stage_delete(&head, &format!("w{i}"), &format!("id = {id}")).await.expect("stage theirs");
+        head.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    }
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 6);
+    assert_eq!(report.attempts.len(), 3, "{report:?}");
+    assert_eq!(report.listings(), 1, "one listing, after the second refusal: {report:?}");
+    assert_eq!((report.attempts[2].head, report.attempts[2].peers.len()), (v + 5, 5));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 6, "every delete holds: no row resurrected");
+    assert!([0, 1, 2, 3, 4, 5].iter().all(|id| !seen.contains(id)) && seen.contains(&6));
+}
