@@ -341,24 +341,13 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     return Ok((*ds, report));
                 }
-                Written::LostRace { dataset_saw, exists, put_lost, named_by_lance } => {
-                    state.dataset_saw = state.dataset_saw.max(dataset_saw);
-                    // Lance names the first writer its rebase refused, not the newest it listed:
-                    // standing there again and again, one version per attempt, a writer behind a
-                    // busy table never reaches the head (seen: 100 attempts in the bench). The
-                    // second such refusal in a row lists instead.
-                    let crawling = named_by_lance && state.named_by_lance;
-                    state.named_by_lance = named_by_lance;
-                    // A judgement at the write may have read the peers past the version known to
-                    // exist: they exist too, and the next attempt stands on no less.
-                    let reach = state.log.reach();
-                    state.next_head =
-                        exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(&fixed) && !crawling);
-                    at_once = !put_lost;
-                    if put_lost {
+                Written::LostRace(lost) => {
+                    if lost.put_lost {
                         // Writers that met at one version's put retry that far apart, or meet again.
                         attempts.collided_over(writing.elapsed());
                     }
+                    at_once = !lost.put_lost;
+                    state.after(&lost, &fixed);
                 }
             }
         }
@@ -532,6 +521,24 @@ impl LoopState {
     }
 }
 
+impl LoopState {
+    /// Where the next attempt stands after one that wrote nothing.
+    fn after(&mut self, lost: &LostRace, fixed: &Fixed) {
+        self.dataset_saw = self.dataset_saw.max(lost.dataset_saw);
+        // Lance names the first writer its rebase refused, not the newest it listed: standing
+        // there again and again, one version per attempt, a writer behind a busy table never
+        // reaches the head (seen: 100 attempts in the bench). The second such refusal in a row
+        // lists instead.
+        let crawling = lost.named_by_lance && self.named_by_lance;
+        self.named_by_lance = lost.named_by_lance;
+        // A judgement at the write may have read the peers past the version known to exist: they
+        // exist too, and the next attempt stands on no less.
+        let reach = self.log.reach();
+        self.next_head =
+            lost.exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(fixed) && !crawling);
+    }
+}
+
 /// The peers committed after the read version, read and decoded once: each attempt reads only the
 /// versions that landed since the previous attempt (peers are immutable once committed).
 struct PeerLog {
@@ -678,19 +685,21 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
     Landed(Box<Dataset>),
-    /// Another writer took the version first; nothing of ours was written. `dataset_saw`: the
-    /// highest version Lance's own pre-write listing (the dataset's handler) showed; `exists`: a
-    /// version known to exist for the next attempt to stand on (the one a lost put met, or for an
-    /// append the head it stood on; the one Lance's rebase or listing reached); `put_lost`: the
-    /// manifest write itself lost (rather than Lance seeing the new head before writing).
-    LostRace {
-        dataset_saw: u64,
-        exists: Option<u64>,
-        put_lost: bool,
-        /// Lance's own rebase refused before any write, naming the writer it conflicted with:
-        /// the first such writer past our head, not necessarily the newest version Lance listed.
-        named_by_lance: bool,
-    },
+    LostRace(LostRace),
+}
+
+/// Another writer took the version first; nothing of ours was written. `dataset_saw`: the
+/// highest version Lance's own pre-write listing (the dataset's handler) showed; `exists`: a
+/// version known to exist for the next attempt to stand on (the one a lost put met, or for an
+/// operation judged at the write the head it stood on; the one Lance's rebase or listing reached); `put_lost`: the
+/// manifest write itself lost (rather than Lance seeing the new head before writing).
+struct LostRace {
+    dataset_saw: u64,
+    exists: Option<u64>,
+    put_lost: bool,
+    /// Lance's own rebase refused before any write, naming the writer it conflicted with: the
+    /// first such writer past our head, not necessarily the newest version Lance listed.
+    named_by_lance: bool,
 }
 
 /// Hand the lowered operation to Lance with a handler that accepts only `head + 1` (or, for an
@@ -753,12 +762,12 @@ async fn write_attempt(
         // Lance built version `asked`: its listing saw `asked - 1` as the head.
         (Err(_), WriteRecord::Refused { asked }) => {
             let saw = asked.saturating_sub(1);
-            Ok(Written::LostRace {
+            Ok(Written::LostRace(LostRace {
                 dataset_saw: saw,
                 exists: (saw > head).then_some(saw),
                 put_lost: false,
                 named_by_lance: false,
-            })
+            }))
         }
         (Err(_), WriteRecord::LostRace) => {
             // The put met version `head + 1` (or the one the judgement at the write admitted). An
@@ -766,21 +775,26 @@ async fn write_attempt(
             // that writer, which it then judges at the write from what Lance has just read; anything
             // else reads it itself.
             let exists = if eligible { head } else { head + 1 };
-            Ok(Written::LostRace { dataset_saw: head, exists: Some(exists), put_lost: true, named_by_lance: false })
+            Ok(Written::LostRace(LostRace {
+                dataset_saw: head,
+                exists: Some(exists),
+                put_lost: true,
+                named_by_lance: false,
+            }))
         }
         // Lance's own rebase saw a peer landing between our read and its commit: the version it
         // names landed.
         (
             Err(lance::Error::RetryableCommitConflict { version, .. } | lance::Error::CommitConflict { version, .. }),
             WriteRecord::NotAttempted,
-        ) => Ok(Written::LostRace {
+        ) => Ok(Written::LostRace(LostRace {
             dataset_saw: head,
             exists: (version > head).then_some(version),
             put_lost: false,
             named_by_lance: true,
-        }),
+        })),
         (Err(lance::Error::IncompatibleTransaction { .. }), WriteRecord::NotAttempted) => {
-            Ok(Written::LostRace { dataset_saw: head, exists: None, put_lost: false, named_by_lance: false })
+            Ok(Written::LostRace(LostRace { dataset_saw: head, exists: None, put_lost: false, named_by_lance: false }))
         }
         (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
             uuid: fixed.uuid.clone(),
