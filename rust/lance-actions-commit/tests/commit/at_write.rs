@@ -18,6 +18,14 @@ fn ids(range: std::ops::Range<i64>) -> Vec<i64> {
     range.collect()
 }
 
+/// A fresh sample table (4 fragments of 8 rows, a BTree index on `id`) in a directory of its own.
+async fn sample() -> (tempfile::TempDir, String, Arc<Dataset>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
+    let ds = create_sample(&uri).await.expect("sample");
+    (dir, uri, ds)
+}
+
 /// A write staged on the sample table: an append of these ids, or a delete by predicate.
 enum Stage {
     Append(std::ops::Range<i64>),
@@ -45,15 +53,13 @@ struct Behind {
 }
 
 async fn ours_behind(theirs: Stage, ours: Stage) -> Behind {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
+    let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     let theirs = theirs.on(&stale, "a").await;
     let ours = ours.on(&stale, "b").await;
     stale.action_commit().execute(theirs).await.expect("theirs lands");
     let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
-    Behind { _dir: dir, uri, v, landed: landed.manifest().version, report }
+    Behind { _dir, uri, v, landed: landed.manifest().version, report }
 }
 
 impl Behind {
@@ -89,9 +95,7 @@ async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_on
 
 #[tokio::test]
 async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed_twice() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
+    let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     let staged = stage_append(&stale, "a", &ids(100..105)).await.expect("stage");
     // The same staged transaction (same uuid) landed once already, its answer lost to the caller.
@@ -143,9 +147,7 @@ async fn a_delete_behind_a_landed_delete_of_its_own_fragment_is_merged_by_anothe
 
 #[tokio::test]
 async fn a_caller_that_judged_up_to_its_read_version_still_lists() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let ds = create_sample(&uri).await.expect("sample");
+    let (_dir, uri, ds) = sample().await;
     let staged = stage_append(&ds, "a", &ids(100..101)).await.expect("stage");
     let (_, report) = ds.action_commit().judged_up_to_read_version().execute(staged.txn).await.expect("lands");
     assert_eq!(report.listings(), 1, "a judged commit must learn of any writer before it writes");
@@ -156,9 +158,7 @@ async fn a_caller_that_judged_up_to_its_read_version_still_lists() {
 /// each commit got there (at the write, or by another attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_appends_from_a_stale_handle_each_land_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
+    let (_dir, uri, stale) = sample().await;
     let mut tasks = Vec::new();
     for w in 0..8_i64 {
         let ds = stale.clone();
@@ -184,9 +184,7 @@ async fn racing_appends_from_a_stale_handle_each_land_once() {
 /// third attempt judges all five and merges their vectors.
 #[tokio::test]
 async fn a_delete_behind_many_deletes_of_its_fragment_reaches_the_head_in_three_attempts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = dir.path().join("t").to_str().expect("utf-8").to_string();
-    let stale = create_sample(&uri).await.expect("sample");
+    let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     let ours = Stage::Delete("id = 3").on(&stale, "ours").await;
     for (i, id) in [0, 1, 2, 4, 5].into_iter().enumerate() {
