@@ -18,8 +18,6 @@
 #[path = "../tests/s3/server.rs"]
 mod server;
 
-use std::collections::BTreeMap;
-
 use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, run};
 
 const BUCKET: &str = "bench";
@@ -98,23 +96,17 @@ async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64) -
     let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
     create(&uri(&format!("{name}-twin")), n, ops).await.expect("create the twin table");
     let creation = s3.responses() - before;
-    let creation_kinds = since(&s3.requests_by_kind(), &kinds_before);
+    let creation_kinds = s3.requests_since(&kinds_before);
     let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
     let t = run(&uri(&name), way, workload, n, ops).await.expect("run");
     let spent = (s3.responses() - before).saturating_sub(creation);
     let commits = (n * ops) as f64;
-    let by_kind = since(&since(&s3.requests_by_kind(), &kinds_before), &creation_kinds)
+    let by_kind = server::requests_minus(&s3.requests_since(&kinds_before), &creation_kinds)
         .into_iter()
-        .filter(|(_, count)| *count > 0)
         .map(|(kind, count)| format!("{kind} {:.1}", count as f64 / commits))
         .collect::<Vec<_>>()
         .join(", ");
     Cell { t, round_trips_per_commit: spent as f64 / commits, by_kind }
-}
-
-/// The requests counted in `now` but not in `then`, by kind.
-fn since(now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    now.iter().map(|(kind, count)| (kind.clone(), count.saturating_sub(*then.get(kind).unwrap_or(&0)))).collect()
 }
 
 fn uri(name: &str) -> String {

@@ -5,6 +5,7 @@
 //! The server is started by [`S3::start`] and stopped when the value drops; a watchdog shell also
 //! stops it if this process dies without dropping it.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -98,9 +99,22 @@ impl S3 {
     }
 
     /// Requests the relay has carried, by method and what they touch (`GET manifest`, `LIST`, ...).
-    pub fn requests_by_kind(&self) -> std::collections::BTreeMap<String, u64> {
+    pub fn requests_by_kind(&self) -> BTreeMap<String, u64> {
         self.relay.kinds.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Requests carried since `before` (an earlier [`S3::requests_by_kind`]), by kind.
+    pub fn requests_since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+        requests_minus(&self.requests_by_kind(), before)
+    }
+}
+
+/// The kinds counted more often in `now` than in `then`, with the difference.
+pub fn requests_minus(now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    now.iter()
+        .map(|(kind, n)| (kind.clone(), n.saturating_sub(then.get(kind).copied().unwrap_or(0))))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 impl Drop for S3 {
@@ -174,7 +188,7 @@ struct Relay {
     responses: AtomicU64,
     conditional_puts: std::sync::Mutex<()>,
     /// Requests by [`request_kind`].
-    kinds: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    kinds: std::sync::Mutex<BTreeMap<String, u64>>,
 }
 
 impl Relay {

@@ -519,9 +519,7 @@ impl LoopState {
             named_by_lance: false,
         }
     }
-}
 
-impl LoopState {
     /// Where the next attempt stands after one that wrote nothing.
     fn after(&mut self, lost: &LostRace, fixed: &Fixed) {
         self.dataset_saw = self.dataset_saw.max(lost.dataset_saw);
@@ -688,14 +686,15 @@ enum Written {
     LostRace(LostRace),
 }
 
-/// Another writer took the version first; nothing of ours was written. `dataset_saw`: the
-/// highest version Lance's own pre-write listing (the dataset's handler) showed; `exists`: a
-/// version known to exist for the next attempt to stand on (the one a lost put met, or for an
-/// operation judged at the write the head it stood on; the one Lance's rebase or listing reached); `put_lost`: the
-/// manifest write itself lost (rather than Lance seeing the new head before writing).
+/// Another writer took the version first; nothing of ours was written.
 struct LostRace {
+    /// The highest version Lance's own pre-write listing (the dataset's handler) showed.
     dataset_saw: u64,
+    /// A version known to exist for the next attempt to stand on: the one a lost put met (for an
+    /// operation judged at the write, the head it stood on), or the one Lance's rebase or listing
+    /// reached.
     exists: Option<u64>,
+    /// The manifest write itself lost (rather than Lance seeing the new head before writing).
     put_lost: bool,
     /// Lance's own rebase refused before any write, naming the writer it conflicted with: the
     /// first such writer past our head, not necessarily the newest version Lance listed.

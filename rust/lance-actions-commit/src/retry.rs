@@ -80,25 +80,21 @@ impl RetryPolicy {
 
     /// A random wait in `[0, step_before(attempt))`: full jitter, so racing writers spread out.
     pub fn delay_before(&self, attempt: usize) -> Duration {
-        let step = self.step_before(attempt);
-        if step.is_zero() {
-            return step;
-        }
-        step.mul_f64(rand::rng().random_range(0.0..1.0))
-    }
-
-    /// Wait as this policy says before attempt `attempt` (1-based; no wait before the first).
-    pub async fn pause_before(&self, attempt: usize) {
-        let delay = self.delay_before(attempt);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
+        jittered(self.step_before(attempt))
     }
 
     /// A counter of attempts under this policy.
     pub fn attempts(&self) -> Attempts {
         Attempts { policy: *self, made: 0, window: None }
     }
+}
+
+/// A random wait in `[0, step)` (full jitter); none for a zero step.
+fn jittered(step: Duration) -> Duration {
+    if step.is_zero() {
+        return step;
+    }
+    step.mul_f64(rand::rng().random_range(0.0..1.0))
 }
 
 /// The attempts of one bounded loop: [`Attempts::next`] waits as the policy says and yields the
@@ -118,7 +114,7 @@ impl Attempts {
             return None;
         }
         self.made += 1;
-        let delay = self.delay_before(self.made);
+        let delay = jittered(self.step_before(self.made));
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
@@ -141,15 +137,6 @@ impl Attempts {
         let doublings = (attempt - 2).min(16) as u32;
         let widened = window.saturating_mul(2u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(8)));
         step.max(widened)
-    }
-
-    /// A random wait in `[0, step_before(attempt))` (full jitter).
-    fn delay_before(&self, attempt: usize) -> Duration {
-        let step = self.step_before(attempt);
-        if step.is_zero() {
-            return step;
-        }
-        step.mul_f64(rand::rng().random_range(0.0..1.0))
     }
 
     /// Start the next attempt at once, without the policy's wait: for a loop whose last attempt
