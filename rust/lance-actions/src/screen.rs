@@ -14,7 +14,18 @@
 //!   fragment ids (id mod 64) on each side tells fragments apart: `overlaps` requires equal ids.
 //! * **Commuting inserts.** Two inserts that declare no keys commute on what both write (values,
 //!   the fragment list, the id counters): `AddFragments::rebase` answers Ok for every such overlap
-//!   and changes nothing. That is the one pair the screen decides from action kinds.
+//!   and changes nothing. That is the one pair the screen decides from action kinds. Each side
+//!   records which classes it reaches (or writes) through actions that are *not* such inserts, so
+//!   that a summary of several actions can still tell that every pair meeting in those classes is
+//!   a pair of inserts.
+//!
+//! One rule serves a single action and a whole transaction on either side: the shared classes must
+//! be fragment classes with disjoint ids, or insert classes that only key-less inserts reach on our
+//! side and write on theirs. For any pair of parts, the classes they share are among the wholes'
+//! shared classes, their ids among the wholes' ids, and a part that is not an insert contributes
+//! to the wholes' non-insert classes: so what the wholes rule out, every pair of parts rules out
+//! (tested below). Two updates of different fragments (each a deletion vector and an insert) are
+//! then ruled out by one test, as Lance's `check_txn` rules them out by one match.
 
 use crate::action::{Action, AnyAction};
 use crate::path::{FragmentScope, ManifestPath, Mask};
@@ -129,7 +140,8 @@ pub struct OurScreen {
     /// Ids of our concrete fragment paths; `None` when a path of ours reaches fragments by criterion
     /// (then ids cannot tell fragments apart).
     fragment_ids: Option<u64>,
-    keyless_insert: bool,
+    /// The part of `reach` reached by actions that are not key-less inserts.
+    non_insert_reach: Classes,
 }
 
 impl OurScreen {
@@ -147,25 +159,26 @@ impl OurScreen {
                 _ => {}
             }
         }
-        Self { reach, fragment_ids: concrete.then_some(ids), keyless_insert: is_keyless_insert(action) }
+        let non_insert_reach = if is_keyless_insert(action) { 0 } else { reach };
+        Self { reach, fragment_ids: concrete.then_some(ids), non_insert_reach }
     }
 }
 
 impl OurScreen {
     /// The summary of our whole transaction: a peer this rules out ([`rules_out`]) is ruled out for
-    /// every one of our actions, because each rule only gets harder to pass for a part. The union
-    /// reaches every class a part reaches, names every fragment a part names (and none, by
-    /// criterion, if any part reaches fragments by criterion), and is a key-less insert only when
-    /// every part is.
+    /// every one of our actions (see the module docs). The union reaches every class a part
+    /// reaches, names every fragment a part names (and none, by criterion, if any part reaches
+    /// fragments by criterion), and reaches through non-inserts every class a non-insert part
+    /// reaches.
     pub fn union(actions: &[OurScreen]) -> Self {
-        let mut all = OurScreen { reach: 0, fragment_ids: Some(0), keyless_insert: !actions.is_empty() };
+        let mut all = OurScreen { reach: 0, fragment_ids: Some(0), non_insert_reach: 0 };
         for a in actions {
             all.reach |= a.reach;
             all.fragment_ids = match (all.fragment_ids, a.fragment_ids) {
                 (Some(ids), Some(more)) => Some(ids | more),
                 _ => None,
             };
-            all.keyless_insert &= a.keyless_insert;
+            all.non_insert_reach |= a.non_insert_reach;
         }
         all
     }
@@ -177,7 +190,8 @@ pub struct PeerScreen {
     writes: Classes,
     /// Ids of the fragments it writes concretely.
     fragment_ids: u64,
-    keyless_insert: bool,
+    /// The part of `writes` written by actions that are not key-less inserts.
+    non_insert_writes: Classes,
 }
 
 impl PeerScreen {
@@ -191,17 +205,18 @@ impl PeerScreen {
                 ids |= id_bit(*id);
             }
         }
-        Self { writes, fragment_ids: ids, keyless_insert: is_keyless_insert(action) }
+        let non_insert_writes = if is_keyless_insert(action) { 0 } else { writes };
+        Self { writes, fragment_ids: ids, non_insert_writes }
     }
 
     /// The summary of a whole peer transaction: the union of its actions' summaries, for a first
     /// test against all of them at once.
     pub fn union(actions: &[PeerScreen]) -> Self {
-        let mut all = PeerScreen { keyless_insert: !actions.is_empty(), ..Default::default() };
+        let mut all = PeerScreen::default();
         for a in actions {
             all.writes |= a.writes;
             all.fragment_ids |= a.fragment_ids;
-            all.keyless_insert &= a.keyless_insert;
+            all.non_insert_writes |= a.non_insert_writes;
         }
         all
     }
@@ -214,13 +229,21 @@ pub fn rules_out(ours: &OurScreen, theirs: &PeerScreen) -> bool {
     if shared == 0 {
         return true;
     }
-    if shared & !FRAGMENTS == 0
-        && let Some(ids) = ours.fragment_ids
-        && ids & theirs.fragment_ids == 0
-    {
-        return true;
-    }
-    ours.keyless_insert && theirs.keyless_insert && shared & !INSERT_WRITES == 0
+    shared_fragments_are_disjoint(ours, theirs, shared & FRAGMENTS)
+        && shared_rest_is_between_inserts(ours, theirs, shared & !FRAGMENTS)
+}
+
+/// Do the fragment classes both sides meet in (`shared`) name different fragments on each side?
+fn shared_fragments_are_disjoint(ours: &OurScreen, theirs: &PeerScreen, shared: Classes) -> bool {
+    shared == 0 || ours.fragment_ids.is_some_and(|ids| ids & theirs.fragment_ids == 0)
+}
+
+/// Are the other classes both sides meet in (`shared`) insert classes that, on each side, only
+/// key-less inserts reach (ours) or write (theirs)? Then every pair meeting there commutes.
+fn shared_rest_is_between_inserts(ours: &OurScreen, theirs: &PeerScreen, shared: Classes) -> bool {
+    shared & !INSERT_WRITES == 0
+        && ours.non_insert_reach & theirs.writes & shared == 0
+        && ours.reach & theirs.non_insert_writes & shared == 0
 }
 
 /// Is every action of the peer ruled out for our action? Tries the whole peer first.
@@ -355,6 +378,83 @@ mod tests {
             }
         }
         assert!(checked > 100, "the union ruled out only {checked} pairs: the test proves little");
+    }
+
+    /// The same on both sides at once: what our union rules out of a peer's union, every pair of
+    /// parts rules out, over pairs of our paths against pairs of written paths, each part an
+    /// insert or not (the driver's whole-transaction test compares two unions).
+    #[test]
+    fn what_two_unions_rule_out_every_pair_of_parts_rules_out() {
+        let paths = all_paths();
+        let opaque = AnyAction::from(crate::actions::opaque::Opaque { description: String::new() });
+        let insert = AnyAction::from(crate::actions::add_fragments::AddFragments { fragments: vec![], keys: None });
+        let kinds = [(&opaque, &opaque), (&insert, &insert), (&insert, &opaque), (&opaque, &insert)];
+        let (mut checked, mut refused) = (0, 0);
+        for (i, a) in paths.iter().enumerate().step_by(4) {
+            for b in paths.iter().skip(i).step_by(7) {
+                for (x, y) in kinds {
+                    let ours = [OurScreen::of(x, &Mask(vec![a.clone()])), OurScreen::of(y, &Mask(vec![b.clone()]))];
+                    let our_whole = OurScreen::union(&ours);
+                    for (j, c) in paths.iter().enumerate().step_by(3) {
+                        for d in paths.iter().skip(j).step_by(5) {
+                            for (u, v) in kinds {
+                                let theirs = [
+                                    PeerScreen::of(u, &Mask(vec![c.clone()])),
+                                    PeerScreen::of(v, &Mask(vec![d.clone()])),
+                                ];
+                                if !rules_out(&our_whole, &PeerScreen::union(&theirs)) {
+                                    refused += 1;
+                                    continue;
+                                }
+                                checked += 1;
+                                for p in &ours {
+                                    for t in &theirs {
+                                        assert!(
+                                            rules_out(p, t),
+                                            "the unions of ({a}, {b}) and ({c}, {d}) rule out, a pair of parts does not"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1_000 && refused > 1_000, "ruled out {checked}, refused {refused}: the test proves little");
+    }
+
+    /// Two updates of different fragments (a deletion vector and a key-less insert each) are ruled
+    /// out by one test of the two wholes; of the same fragment, or with a keyed insert, they are not.
+    #[test]
+    fn two_updates_of_different_fragments_are_ruled_out_as_wholes() {
+        use crate::actions::add_fragments::AddFragments;
+        use crate::actions::update_deletion_vector::UpdateDeletionVector;
+        use lance_table::format::{DataFile, Fragment};
+        let with_data = |id: u64| {
+            let mut f = Fragment::new(id);
+            f.files = vec![DataFile::new_legacy_from_fields(format!("f{id}.lance"), vec![0, 1], None)];
+            f
+        };
+        let update = |id: u64, keyed: bool| -> Vec<AnyAction> {
+            let keys = keyed.then_some(crate::keys::InsertedKeys { lance_filter: None, exact: None });
+            vec![
+                UpdateDeletionVector::new(with_data(id), None).into(),
+                AddFragments { fragments: vec![with_data(0)], keys }.into(),
+            ]
+        };
+        let ours_of = |actions: &[AnyAction]| {
+            let masks: Vec<Mask> = actions.iter().map(mask_of).collect();
+            OurScreen::union(&our_screens(actions, &masks))
+        };
+        let peer_of = |actions: &[AnyAction]| {
+            let writes: Vec<Mask> = actions.iter().map(|a| a.writes()).collect();
+            peer_screens(actions, &writes).1
+        };
+        assert!(rules_out(&ours_of(&update(0, false)), &peer_of(&update(1, false))), "different fragments");
+        assert!(!rules_out(&ours_of(&update(0, false)), &peer_of(&update(0, false))), "one fragment: exact route");
+        assert!(!rules_out(&ours_of(&update(0, true)), &peer_of(&update(1, false))), "a keyed insert: exact route");
+        assert!(!rules_out(&ours_of(&update(0, false)), &peer_of(&update(1, true))), "a keyed peer: exact route");
     }
 
     #[test]
