@@ -2,7 +2,8 @@
 //! the requests Lance's own `CommitBuilder` makes for the same staged write, kind for kind (no
 //! listing, manifest read or transaction read of our own: `design/commit.md`, "One listing per
 //! attempt: Lance's"). Counted at the relay in front of the server (`server::S3::requests_by_kind`),
-//! on twin tables, for an append and for a delete given its affected rows.
+//! on twin tables, for an append and for a delete given its affected rows. Behind writers, an append
+//! judged at the write costs one request more than Lance's own commit: the head's version lookup.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,6 +80,69 @@ async fn commit_once(cx: &Ctx<'_>, name: &str, way: Way, delete: bool) -> BTreeM
     } else {
         expected.insert(100, 100);
     }
+    assert_eq!((total, found), (expected.len(), expected), "{name}: the committed data");
+    spent
+}
+
+/// Three writers land (through a handle and session of their own) after ours was staged; ours then
+/// commits from its stale handle. Lance's pre-write listing loads the three versions; ours judges
+/// them at the write from what that listing cached (`history::cached_transaction`), checking out
+/// only the head it judges on: one version lookup (HEAD) more than Lance's own commit, whatever the
+/// number of writers in between (each used to cost one).
+pub async fn an_append_behind_writers_costs_one_version_lookup_more_than_lances_commit(cx: &Ctx<'_>) {
+    const WRITERS: i64 = 3;
+    let lance = behind_writers(cx, "behind-lance", Way::Lance, WRITERS).await;
+    let ours = behind_writers(cx, "behind-ours", Way::Ours, WRITERS).await;
+    let extra = crate::server::requests_minus(&ours, &lance);
+    let missing = crate::server::requests_minus(&lance, &ours);
+    assert!(missing.is_empty(), "ours skipped requests Lance made: {missing:?} (ours {ours:?}, Lance {lance:?})");
+    assert_eq!(
+        extra,
+        BTreeMap::from([("HEAD manifest".to_string(), 1)]),
+        "behind {WRITERS} writers ours made other requests than Lance's plus one version lookup: ours {ours:?}, Lance {lance:?}"
+    );
+    println!("    behind {WRITERS} writers: Lance {lance:?}, ours one HEAD more");
+}
+
+async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTreeMap<String, u64> {
+    let uri = cx.uri(name);
+    let create = WriteParams { mode: WriteMode::Create, max_rows_per_file: 8, ..Default::default() };
+    let base: Vec<(i64, i64)> = (0..16).map(|id| (id, id)).collect();
+    InsertBuilder::new(uri.as_str()).with_params(&create).execute(vec![rows(&base)]).await.expect("create on S3");
+    let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+    let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let txn = InsertBuilder::new(stale.clone())
+        .with_params(&append)
+        .execute_uncommitted(vec![rows(&[(100, 100)])])
+        .await
+        .expect("stage an append");
+    // The writers in between: another process, as far as the stale handle's session knows.
+    let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
+    for w in 0..writers {
+        let other = Dataset::open(&uri).await.expect("open on S3");
+        let id = 200 + w;
+        InsertBuilder::new(Arc::new(other))
+            .with_params(&append)
+            .execute(vec![rows(&[(id, id)])])
+            .await
+            .expect("a writer in between");
+        expected.insert(id, id);
+    }
+    let before = cx.s3.requests_by_kind();
+    let landed = match way {
+        Way::Lance => CommitBuilder::new(stale.clone()).execute(txn).await.expect("Lance's commit"),
+        Way::Ours => {
+            let (landed, report) = stale.action_commit().execute(txn).await.expect("our commit");
+            assert_eq!(report.attempts.len(), 1, "{name}: judged at the write, one attempt: {report:?}");
+            let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+            assert_eq!(at_write.peers.len() as i64, writers, "{name}: every writer in between judged");
+            landed
+        }
+    };
+    let spent = cx.s3.requests_since(&before);
+    assert_eq!(landed.manifest().version, 2 + writers as u64, "{name}: landed past the writers");
+    expected.insert(100, 100);
+    let (found, total) = scan(&Dataset::open(&uri).await.expect("reopen")).await;
     assert_eq!((total, found), (expected.len(), expected), "{name}: the committed data");
     spent
 }

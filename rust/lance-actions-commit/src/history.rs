@@ -51,15 +51,57 @@ pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<
     Ok(out)
 }
 
-/// One version's transaction, read through that version's own handle: the session's cache then
-/// serves it when Lance has just read it (Lance's commit caches every transaction its pre-write
-/// listing loads, and every one it commits), where `read_transaction_by_version` reads storage
-/// each time.
+/// One version's transaction: from the session's cache when Lance has just read it (Lance's commit
+/// caches every transaction its pre-write listing loads, and every one it commits), else through
+/// that version's own handle, where `read_transaction_by_version` reads storage each time.
 async fn transaction_of(latest: &Dataset, version: u64) -> lance::Result<Option<Transaction>> {
     if version == latest.manifest().version {
         return latest.read_transaction().await;
     }
+    if let Some(cached) = cached_transaction(latest, version).await {
+        return Ok(Some(cached));
+    }
     latest.checkout_version(version).await?.read_transaction().await
+}
+
+/// The entry under which Lance 14.0.2 caches a version's transaction in a dataset's metadata cache
+/// (`lance::session::caches::TransactionKey`, a crate-private type): the same value type, schema
+/// and key fields, so a probe through Lance's public cache reaches Lance's own entry. A layout that
+/// drifts only makes the probe miss (then the version is checked out, as before);
+/// the commit tests (`at_write.rs`) fail on that drift.
+struct LanceTransactionKey {
+    version: u64,
+}
+
+impl lance_core::cache::CacheKey for LanceTransactionKey {
+    type ValueType = Transaction;
+
+    fn key(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(format!("txn/{}", self.version))
+    }
+
+    fn type_name() -> &'static str {
+        "Transaction"
+    }
+
+    fn schema() -> lance_core::cache::CacheKeySchema {
+        lance_core::cache::CacheKeySchema::new("lance.dataset.transaction-key", 1)
+    }
+
+    fn write_key(&self, builder: &mut lance_core::cache::KeyBuilder) {
+        builder.write_u64(self.version);
+    }
+}
+
+/// Version `version`'s transaction on `dataset`'s branch, if the session's cache holds it. A
+/// version's transaction never changes once committed, so the cached one is the one on storage;
+/// Lance's own listing trusts the same entry. Saves the version lookup (a HEAD request on an
+/// object store) that checking the version out would cost.
+pub async fn cached_transaction(dataset: &Dataset, version: u64) -> Option<Transaction> {
+    // `Session::file_metadata_cache` is the cache Lance scopes per dataset uri
+    // (`GlobalMetadataCache::for_dataset`), and `with_key_prefix` is that scoping.
+    let cache = dataset.session().file_metadata_cache().with_key_prefix(dataset.uri());
+    cache.get_with_key(&LanceTransactionKey { version }).await.map(|t| (*t).clone())
 }
 
 /// Committed transactions as driver peers. `schema` is the read version's: a rewritten field's

@@ -9,6 +9,7 @@ use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::Transaction;
 use lance_actions_commit::expect_version::WriteRecord;
+use lance_actions_commit::history::cached_transaction;
 use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete};
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
@@ -200,4 +201,46 @@ async fn a_delete_behind_many_deletes_of_its_fragment_reaches_the_head_in_three_
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 6, "every delete holds: no row resurrected");
     assert!([0, 1, 2, 3, 4, 5].iter().all(|id| !seen.contains(id)) && seen.contains(&6));
+}
+
+/// Writers that land from handles of their own (other sessions, as other processes) are loaded by
+/// Lance's pre-write listing of ours into our handle's session, and the judgement at the write finds
+/// their transactions there by version (`history::cached_transaction`, which reproduces Lance's
+/// cache key): the same transactions, by uuid. A handle of a fresh session finds none of them.
+#[tokio::test]
+async fn the_writers_lances_listing_loaded_are_found_in_the_sessions_cache() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_append(&stale, "ours", &ids(100..102)).await.expect("stage ours").txn;
+    let mut theirs = Vec::new();
+    for (i, variant) in ["a", "b", "c"].into_iter().enumerate() {
+        let other = latest(&uri).await;
+        let start = 200 + 10 * i as i64;
+        let staged = stage_append(&other, variant, &ids(start..start + 2)).await.expect("stage theirs").txn;
+        theirs.push(staged.uuid.clone());
+        CommitBuilder::new(other).execute(staged).await.expect("theirs lands");
+    }
+    for version in v + 1..=v + 3 {
+        assert!(cached_transaction(&stale, version).await.is_none(), "v{version}: not read by this session yet");
+    }
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 4);
+    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 3, 3));
+    for (version, uuid) in (v + 1..=v + 3).zip(&theirs) {
+        let cached = cached_transaction(&stale, version).await.expect("Lance's listing cached it");
+        assert_eq!(&cached.uuid, uuid, "v{version}: the writer's own transaction");
+    }
+    let fresh = latest(&uri).await;
+    assert!(cached_transaction(&fresh, v + 1).await.is_none(), "a fresh session has read nothing");
+    let (seen, total) = scan_ids(&fresh).await;
+    assert_eq!(total, 32 + 2 + 6, "every row once");
+    assert!(
+        ids(100..102)
+            .iter()
+            .chain(&ids(200..202))
+            .chain(&ids(210..212))
+            .chain(&ids(220..222))
+            .all(|i| seen.contains(i))
+    );
 }
