@@ -77,7 +77,8 @@ impl Prepared {
 #[derive(Debug, Clone)]
 pub struct PeerCheck {
     pub version: u64,
-    /// How many (our action, peer action) pairs overlapped and were rebased.
+    /// How many (our action, written path of a peer action) overlaps were rebased; overlaps the
+    /// screen settles (two key-less inserts) are not counted.
     pub overlapping_pairs: usize,
     pub verdict: Verdict,
 }
@@ -236,7 +237,11 @@ fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
             debug_assert!(screened_pair_is_ok(action, ours_mask, &cx, peer), "the screen skipped a pair that matters");
             continue;
         }
-        let overlaps = overlapping_peer_actions(ours_mask, peer, cx.ours.shell);
+        let overlaps = overlapping_peer_actions(ours_mask, Some(ours_screen), peer, cx.ours.shell);
+        debug_assert!(
+            screened_peer_actions_are_ok(action, ours_mask, ours_screen, &cx, peer),
+            "the screen skipped a peer action that matters"
+        );
         if overlaps.is_empty() {
             continue;
         }
@@ -252,12 +257,37 @@ fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
 /// The screen's promise, checked the slow way (debug builds only): the exact route on a copy of
 /// the action either finds no overlap or answers Ok and leaves the action as it was.
 fn screened_pair_is_ok(action: &AnyAction, mask: &Mask, cx: &RebaseCx<'_>, peer: &Peer) -> bool {
-    let overlaps = overlapping_peer_actions(mask, peer, cx.ours.shell);
+    let overlaps = overlapping_peer_actions(mask, None, peer, cx.ours.shell);
     if overlaps.is_empty() {
         return true;
     }
     let mut copy = action.clone();
     copy.rebase(cx, &overlaps).is_ok() && copy == *action
+}
+
+/// The per-peer-action screen's promise, checked the slow way (debug builds only): the overlaps
+/// of the peer actions it skipped, rebased on a copy of the action, answer Ok and leave it as it
+/// was (every action folds its rebase over the overlaps one by one, so those entries cannot change
+/// what the others decide).
+fn screened_peer_actions_are_ok(
+    action: &AnyAction,
+    mask: &Mask,
+    screen: &OurScreen,
+    cx: &RebaseCx<'_>,
+    peer: &Peer,
+) -> bool {
+    let skipped: Vec<PeerAction<'_>> = overlapping_peer_actions(mask, None, peer, cx.ours.shell)
+        .into_iter()
+        .filter(|p| {
+            let i = peer.txn.actions.iter().position(|a| std::ptr::eq(a, p.action));
+            i.is_some_and(|i| screen::rules_out(screen, &peer.screens[i]))
+        })
+        .collect();
+    if skipped.is_empty() {
+        return true;
+    }
+    let mut copy = action.clone();
+    copy.rebase(cx, &skipped).is_ok() && copy == *action
 }
 
 /// MemWAL progress records which SSTables were compacted into *this* base table. A baseline
@@ -280,14 +310,21 @@ fn memwal_vs_reset(ours: &ActionTxn, peer: &Peer) -> Verdict {
 
 /// Every (peer action, path it wrote) that one of our paths overlaps, each with the first of our
 /// paths that overlaps it. One entry per written path, so a rebase sees every way the peer touched
-/// us and its answer never depends on which overlap a scan happened to meet first.
+/// us and its answer never depends on which overlap a scan happened to meet first. With our
+/// action's `screen`, a peer action the screen rules out is skipped before any path is compared:
+/// it either overlaps nothing or is a key-less insert meeting ours, whose overlaps rebase to Ok
+/// and change nothing.
 fn overlapping_peer_actions<'a>(
     ours: &'a Mask,
+    screen: Option<&OurScreen>,
     peer: &'a Peer,
     our_shell: crate::context::OperationKind,
 ) -> Vec<PeerAction<'a>> {
     let mut out = Vec::new();
-    for (action, written) in peer.txn.actions.iter().zip(&peer.writes) {
+    for ((action, written), their_screen) in peer.txn.actions.iter().zip(&peer.writes).zip(&peer.screens) {
+        if screen.is_some_and(|s| screen::rules_out(s, their_screen)) {
+            continue;
+        }
         for their_path in written.iter() {
             if let Some(our_path) = ours.iter().find(|p| p.overlaps(their_path)) {
                 out.push(PeerAction {
