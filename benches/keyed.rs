@@ -145,14 +145,19 @@ fn uri(path: &Path) -> String {
     path.to_str().expect("utf-8 path").to_string()
 }
 
-/// Peak resident set of this process (`VmHWM`), kB.
-fn vm_hwm_kb() -> u64 {
+/// One kB figure of this process's `/proc/self/status` (`VmHWM`, `RssFile`, ...).
+fn status_kb(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field).and_then(|rest| rest.strip_prefix(':')))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+/// Peak resident set of this process (`VmHWM`), kB.
+fn vm_hwm_kb() -> u64 {
+    status_kb("VmHWM")
 }
 
 fn median(xs: &[f64]) -> f64 {
@@ -219,9 +224,12 @@ impl Side {
     }
 }
 
-/// What a child reports: its peak RSS and the milliseconds of each timed operation.
+/// What a child reports: its peak RSS, the file-backed part of its RSS at the end (pages of the
+/// binary's code and of mapped files: shared and evictable, not memory the work allocated) and the
+/// milliseconds of each timed operation.
 struct ChildReport {
     hwm_kb: u64,
+    file_kb: u64,
     ms: Vec<f64>,
 }
 
@@ -236,10 +244,12 @@ fn run_child(spec: &str) -> ChildReport {
         .lines()
         .find_map(|l| l.strip_prefix(CHILD_TAG))
         .unwrap_or_else(|| panic!("child '{spec}' printed no result line:\n{stdout}"));
-    let mut report = ChildReport { hwm_kb: 0, ms: Vec::new() };
+    let mut report = ChildReport { hwm_kb: 0, file_kb: 0, ms: Vec::new() };
     for field in line.split_whitespace() {
         if let Some(v) = field.strip_prefix("hwm_kb=") {
             report.hwm_kb = v.parse().expect("hwm");
+        } else if let Some(v) = field.strip_prefix("file_kb=") {
+            report.file_kb = v.parse().expect("file");
         } else if let Some(v) = field.strip_prefix("ms=") {
             report.ms = v.split(',').map(|x| x.parse().expect("ms")).collect();
         }
@@ -270,7 +280,7 @@ fn child(spec: &str) {
         }
     });
     let ms: Vec<String> = ms.iter().map(|m| format!("{m:.3}")).collect();
-    println!("{CHILD_TAG} hwm_kb={} ms={}", vm_hwm_kb(), ms.join(","));
+    println!("{CHILD_TAG} hwm_kb={} file_kb={} ms={}", vm_hwm_kb(), status_kb("RssFile"), ms.join(","));
 }
 
 /// Open once, one untimed warm-up upsert, then `ops` timed upserts of 5 present + 5 new keys.
@@ -640,15 +650,21 @@ fn bench_bulk_insert(root: &Path, quick: bool) {
     );
     println!();
     println!(
-        "| rows | process | way | median ms | runs (ms) | median peak RSS MiB | time vs lance | RSS over lance MiB |"
+        "\"file-backed\" is the part of the RSS that maps files (mostly the binary's code: shared, evictable, \
+         not allocated by the work), at the end of the child; \"anonymous\" is the peak RSS less it."
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!();
+    println!(
+        "| rows | process | way | median ms | runs (ms) | median peak RSS MiB | of which file-backed MiB | time vs lance | RSS over lance MiB | anonymous over lance MiB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let template = |side: Side| if side == Side::Ours { &ours_template } else { &lance_template };
     for warm in [false, true] {
         let sides: &[Side] =
             if warm { &[Side::Ours, Side::Lance] } else { &[Side::Ours, Side::Lance, Side::LanceChunked] };
         let mut ms = vec![Vec::new(); 4];
         let mut hwm = vec![Vec::new(); 4];
+        let mut file = vec![Vec::new(); 4];
         for run in 0..=runs {
             for k in 0..sides.len() {
                 let side = sides[(run + k) % sides.len()];
@@ -661,10 +677,12 @@ fn bench_bulk_insert(root: &Path, quick: bool) {
                 if run > 0 {
                     ms[side as usize].extend(report.ms);
                     hwm[side as usize].push(report.hwm_kb as f64 * 1024.0 / MIB);
+                    file[side as usize].push(report.file_kb as f64 * 1024.0 / MIB);
                 }
             }
         }
         let (lance_ms, lance_rss) = (median(&ms[Side::Lance as usize]), median(&hwm[Side::Lance as usize]));
+        let lance_file = median(&file[Side::Lance as usize]);
         for &side in [Side::Lance, Side::LanceChunked, Side::Ours].iter().filter(|s| sides.contains(s)) {
             let i = side as usize;
             let runs: Vec<String> = ms[i].iter().map(|m| format!("{m:.0}")).collect();
@@ -674,12 +692,14 @@ fn bench_bulk_insert(root: &Path, quick: bool) {
             };
             let process = if warm { "after one key lookup" } else { "fresh" };
             println!(
-                "| {count} | {process} | {label} | {:.0} | {} | {:.0} | {:.2}x | {:+.0} |",
+                "| {count} | {process} | {label} | {:.0} | {} | {:.0} | {:.0} | {:.2}x | {:+.0} | {:+.0} |",
                 median(&ms[i]),
                 runs.join(", "),
                 median(&hwm[i]),
+                median(&file[i]),
                 median(&ms[i]) / lance_ms,
-                median(&hwm[i]) - lance_rss
+                median(&hwm[i]) - lance_rss,
+                (median(&hwm[i]) - median(&file[i])) - (lance_rss - lance_file)
             );
         }
     }
