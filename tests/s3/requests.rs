@@ -13,7 +13,7 @@ use lance::dataset::{CommitBuilder, DeleteBuilder, InsertBuilder, WriteMode, Wri
 use lance_actions_commit::DatasetActionsExt;
 
 use crate::Ctx;
-use crate::support::{rows, scan};
+use crate::support::{rows, scan, stage_append};
 
 #[derive(Debug, Clone, Copy)]
 enum Way {
@@ -31,25 +31,25 @@ pub async fn an_uncontended_commit_makes_lances_own_requests(cx: &Ctx<'_>) {
     }
 }
 
-/// Create a table, open it, stage one write, then count the requests of the commit alone; check
-/// the committed data.
-async fn commit_once(cx: &Ctx<'_>, name: &str, way: Way, delete: bool) -> BTreeMap<String, u64> {
+/// A table of 16 rows (`id` = `v` = 0..16) in fragments of 8 rows: its uri and rows.
+async fn sample_table(cx: &Ctx<'_>, name: &str) -> (String, Vec<(i64, i64)>) {
     let uri = cx.uri(name);
     let create = WriteParams { mode: WriteMode::Create, max_rows_per_file: 8, ..Default::default() };
     let base: Vec<(i64, i64)> = (0..16).map(|id| (id, id)).collect();
     InsertBuilder::new(uri.as_str()).with_params(&create).execute(vec![rows(&base)]).await.expect("create on S3");
+    (uri, base)
+}
+
+/// Create a table, open it, stage one write, then count the requests of the commit alone; check
+/// the committed data.
+async fn commit_once(cx: &Ctx<'_>, name: &str, way: Way, delete: bool) -> BTreeMap<String, u64> {
+    let (uri, base) = sample_table(cx, name).await;
     let ds = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
     let (txn, affected) = if delete {
         let staged = DeleteBuilder::new(ds.clone(), "id = 3").execute_uncommitted().await.expect("stage a delete");
         (staged.transaction, staged.affected_rows)
     } else {
-        let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
-        let txn = InsertBuilder::new(ds.clone())
-            .with_params(&append)
-            .execute_uncommitted(vec![rows(&[(100, 100)])])
-            .await
-            .expect("stage an append");
-        (txn, None)
+        (stage_append(&ds, &[(100, 100)]).await, None)
     };
     let before = cx.s3.requests_by_kind();
     let landed = match way {
@@ -105,17 +105,10 @@ pub async fn an_append_behind_writers_costs_one_version_lookup_more_than_lances_
 }
 
 async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTreeMap<String, u64> {
-    let uri = cx.uri(name);
-    let create = WriteParams { mode: WriteMode::Create, max_rows_per_file: 8, ..Default::default() };
-    let base: Vec<(i64, i64)> = (0..16).map(|id| (id, id)).collect();
-    InsertBuilder::new(uri.as_str()).with_params(&create).execute(vec![rows(&base)]).await.expect("create on S3");
+    let (uri, base) = sample_table(cx, name).await;
     let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+    let txn = stage_append(&stale, &[(100, 100)]).await;
     let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
-    let txn = InsertBuilder::new(stale.clone())
-        .with_params(&append)
-        .execute_uncommitted(vec![rows(&[(100, 100)])])
-        .await
-        .expect("stage an append");
     // The writers in between: another process, as far as the stale handle's session knows.
     let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
     for w in 0..writers {

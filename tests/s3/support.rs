@@ -27,6 +27,16 @@ pub fn rows(rows: &[(i64, i64)]) -> RecordBatch {
         .expect("a two-column batch")
 }
 
+/// An append of `new` staged on `ds` (its files written, nothing committed).
+pub async fn stage_append(ds: &Arc<lance::Dataset>, new: &[(i64, i64)]) -> lance::dataset::transaction::Transaction {
+    let append = lance::dataset::WriteParams { mode: lance::dataset::WriteMode::Append, ..Default::default() };
+    lance::dataset::InsertBuilder::new(ds.clone())
+        .with_params(&append)
+        .execute_uncommitted(vec![rows(new)])
+        .await
+        .expect("stage an append")
+}
+
 /// Every `(id, v)` of `ds`, and how many rows there were (more rows than ids means a duplicate).
 pub async fn scan(ds: &Dataset) -> (BTreeMap<i64, i64>, usize) {
     let mut scanner = ds.scan();
