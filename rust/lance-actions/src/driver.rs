@@ -276,7 +276,7 @@ fn screened_peer_actions_are_ok(
     cx: &RebaseCx<'_>,
     peer: &Peer,
 ) -> bool {
-    let skipped: Vec<PeerAction<'_>> = overlapping_peer_actions(mask, None, peer, cx.ours.shell)
+    let skipped: Overlaps<'_> = overlapping_peer_actions(mask, None, peer, cx.ours.shell)
         .into_iter()
         .filter(|p| {
             let i = peer.txn.actions.iter().position(|a| std::ptr::eq(a, p.action));
@@ -308,6 +308,10 @@ fn memwal_vs_reset(ours: &ActionTxn, peer: &Peer) -> Verdict {
     Verdict::Ok
 }
 
+/// The overlaps of one of our actions with one peer: rarely more than four, so kept on the stack
+/// (judging a peer is on every commit's path, and Lance's own check allocates nothing there).
+type Overlaps<'a> = smallvec::SmallVec<[PeerAction<'a>; 4]>;
+
 /// Every (peer action, path it wrote) that one of our paths overlaps, each with the first of our
 /// paths that overlaps it. One entry per written path, so a rebase sees every way the peer touched
 /// us and its answer never depends on which overlap a scan happened to meet first. With our
@@ -319,8 +323,8 @@ fn overlapping_peer_actions<'a>(
     screen: Option<&OurScreen>,
     peer: &'a Peer,
     our_shell: crate::context::OperationKind,
-) -> Vec<PeerAction<'a>> {
-    let mut out = Vec::new();
+) -> Overlaps<'a> {
+    let mut out = Overlaps::new();
     for ((action, written), their_screen) in peer.txn.actions.iter().zip(&peer.writes).zip(&peer.screens) {
         if screen.is_some_and(|s| screen::rules_out(s, their_screen)) {
             continue;
