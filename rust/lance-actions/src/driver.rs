@@ -233,11 +233,14 @@ fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
         if prepared.resets && !judged_under_reset(action.kind()) {
             continue;
         }
-        if screen::rules_out_peer(ours_screen, &peer.whole, &peer.screens) {
+        if screen::rules_out(ours_screen, &peer.whole) {
             debug_assert!(screened_pair_is_ok(action, ours_mask, &cx, peer), "the screen skipped a pair that matters");
             continue;
         }
-        let overlaps = overlapping_peer_actions(ours_mask, Some(ours_screen), peer, cx.ours.shell);
+        // A peer action the screen rules out is skipped before any path is compared: it overlaps
+        // nothing, or is a key-less insert meeting ours, whose overlaps rebase to Ok unchanged.
+        let overlaps =
+            overlapping_peer_actions(ours_mask, peer, cx.ours.shell, |theirs| !screen::rules_out(ours_screen, theirs));
         debug_assert!(
             screened_peer_actions_are_ok(action, ours_mask, ours_screen, &cx, peer),
             "the screen skipped a peer action that matters"
@@ -257,7 +260,7 @@ fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
 /// The screen's promise, checked the slow way (debug builds only): the exact route on a copy of
 /// the action either finds no overlap or answers Ok and leaves the action as it was.
 fn screened_pair_is_ok(action: &AnyAction, mask: &Mask, cx: &RebaseCx<'_>, peer: &Peer) -> bool {
-    let overlaps = overlapping_peer_actions(mask, None, peer, cx.ours.shell);
+    let overlaps = overlapping_peer_actions(mask, peer, cx.ours.shell, |_| true);
     if overlaps.is_empty() {
         return true;
     }
@@ -276,13 +279,7 @@ fn screened_peer_actions_are_ok(
     cx: &RebaseCx<'_>,
     peer: &Peer,
 ) -> bool {
-    let skipped: Overlaps<'_> = overlapping_peer_actions(mask, None, peer, cx.ours.shell)
-        .into_iter()
-        .filter(|p| {
-            let i = peer.txn.actions.iter().position(|a| std::ptr::eq(a, p.action));
-            i.is_some_and(|i| screen::rules_out(screen, &peer.screens[i]))
-        })
-        .collect();
+    let skipped = overlapping_peer_actions(mask, peer, cx.ours.shell, |theirs| screen::rules_out(screen, theirs));
     if skipped.is_empty() {
         return true;
     }
@@ -314,19 +311,17 @@ type Overlaps<'a> = smallvec::SmallVec<[PeerAction<'a>; 4]>;
 
 /// Every (peer action, path it wrote) that one of our paths overlaps, each with the first of our
 /// paths that overlaps it. One entry per written path, so a rebase sees every way the peer touched
-/// us and its answer never depends on which overlap a scan happened to meet first. With our
-/// action's `screen`, a peer action the screen rules out is skipped before any path is compared:
-/// it either overlaps nothing or is a key-less insert meeting ours, whose overlaps rebase to Ok
-/// and change nothing.
+/// us and its answer never depends on which overlap a scan happened to meet first. Only the peer
+/// actions whose screen `compared` accepts are compared at all.
 fn overlapping_peer_actions<'a>(
     ours: &'a Mask,
-    screen: Option<&OurScreen>,
     peer: &'a Peer,
     our_shell: crate::context::OperationKind,
+    compared: impl Fn(&PeerScreen) -> bool,
 ) -> Overlaps<'a> {
     let mut out = Overlaps::new();
     for ((action, written), their_screen) in peer.txn.actions.iter().zip(&peer.writes).zip(&peer.screens) {
-        if screen.is_some_and(|s| screen::rules_out(s, their_screen)) {
+        if !compared(their_screen) {
             continue;
         }
         for their_path in written.iter() {

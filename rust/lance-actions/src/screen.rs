@@ -246,11 +246,6 @@ fn shared_rest_is_between_inserts(ours: &OurScreen, theirs: &PeerScreen, shared:
         && ours.reach & theirs.non_insert_writes & shared == 0
 }
 
-/// Is every action of the peer ruled out for our action? Tries the whole peer first.
-pub fn rules_out_peer(ours: &OurScreen, whole: &PeerScreen, actions: &[PeerScreen]) -> bool {
-    rules_out(ours, whole) || actions.iter().all(|a| rules_out(ours, a))
-}
-
 /// The summaries of a peer transaction's actions, and of the whole.
 pub fn peer_screens(actions: &[AnyAction], writes: &[Mask]) -> (Vec<PeerScreen>, PeerScreen) {
     let each: Vec<PeerScreen> = actions.iter().zip(writes).map(|(a, w)| PeerScreen::of(a, w)).collect();
