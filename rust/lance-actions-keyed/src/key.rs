@@ -40,6 +40,25 @@ impl KeySpec {
 
     /// The key of every row of `batch`, in row order. A null key part is an error naming the row.
     pub fn keys_of(&self, batch: &RecordBatch, first_row: usize) -> Result<Vec<KeyValue>> {
+        let mut out = Vec::with_capacity(batch.num_rows());
+        self.visit_keys(batch, first_row, |key| out.push(key))?;
+        Ok(out)
+    }
+
+    /// The keys of all rows of `batches`, in order, in one allocation (a bulk insert holds 100K
+    /// keys or more: growing the vector batch by batch would copy and free it along the way).
+    pub fn keys_of_all(&self, batches: &[RecordBatch]) -> Result<Vec<KeyValue>> {
+        let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+        for batch in batches {
+            let first_row = out.len();
+            self.visit_keys(batch, first_row, |key| out.push(key))?;
+        }
+        Ok(out)
+    }
+
+    /// Hand `visit` the key of every row of `batch`, in row order, without collecting them. Rows
+    /// are numbered from `first_row` in errors; a null key part is an error naming the row.
+    pub fn visit_keys(&self, batch: &RecordBatch, first_row: usize, mut visit: impl FnMut(KeyValue)) -> Result<()> {
         self.check_batch_schema(batch)?;
         for name in &self.names {
             if let Some(column) = batch.column_by_name(name)
@@ -49,23 +68,13 @@ impl KeySpec {
                 return Err(Error::NullKey { row: first_row + row, column: name.clone() });
             }
         }
-        (0..batch.num_rows())
-            .map(|row| {
-                extract_key_value_from_batch(batch, row, &self.names).ok_or_else(|| Error::Input {
-                    detail: format!("row {} has a key Lance cannot read", first_row + row),
-                })
-            })
-            .collect()
-    }
-
-    /// The keys of all rows of `batches`, in order.
-    pub fn keys_of_all(&self, batches: &[RecordBatch]) -> Result<Vec<KeyValue>> {
-        let mut out = Vec::new();
-        for batch in batches {
-            let first_row = out.len();
-            out.extend(self.keys_of(batch, first_row)?);
+        for row in 0..batch.num_rows() {
+            let key = extract_key_value_from_batch(batch, row, &self.names).ok_or_else(|| Error::Input {
+                detail: format!("row {} has a key Lance cannot read", first_row + row),
+            })?;
+            visit(key);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// What the write declares it may insert: our exact hash set plus Lance's own filter, so that

@@ -4,8 +4,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
+use lance::dataset::fragment::FragReadConfig;
 use lance_table::format::key_existence::KeyValue;
 
 use crate::error::{LanceContext, Result};
@@ -15,30 +16,78 @@ use crate::key::{KeySpec, display_key};
 /// answers); more are checked by one scan of the key columns.
 const IN_LIST_LIMIT: usize = 1024;
 
+/// Rows per batch when the key columns are read fragment by fragment.
+const KEY_READ_BATCH_ROWS: u32 = 8_192;
+
 /// The keys of `wanted` present in `dataset`, in the order of `wanted`.
 pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyValue]) -> Result<Vec<KeyValue>> {
     if wanted.is_empty() || dataset.count_fragments() == 0 {
         return Ok(Vec::new());
     }
     let wanted_set: HashSet<&KeyValue> = wanted.iter().collect();
-    let filter = in_list_filter(key, wanted);
+    let found = match in_list_filter(key, wanted) {
+        Some(filter) => keys_matching(dataset, key, &filter, &wanted_set).await?,
+        None => keys_read_whole(dataset, key, &wanted_set).await?,
+    };
+    Ok(wanted.iter().filter(|k| found.contains(*k)).cloned().collect())
+}
+
+/// The keys of `wanted` that a filtered scan finds: a short `IN` list, which a scalar index on the
+/// key answers without reading the key column.
+async fn keys_matching(
+    dataset: &Arc<Dataset>,
+    key: &KeySpec,
+    filter: &str,
+    wanted: &HashSet<&KeyValue>,
+) -> Result<HashSet<KeyValue>> {
     let mut found = HashSet::new();
     let mut scanner = dataset.scan();
     scanner.project(&key.names).lance("projecting the key columns")?;
-    if let Some(filter) = &filter {
-        scanner.filter(filter).lance("filtering by key")?;
-    }
+    scanner.filter(filter).lance("filtering by key")?;
     let mut stream = scanner.try_into_stream().await.lance("scanning keys")?;
     let mut row = 0;
     while let Some(batch) = stream.try_next().await.lance("scanning keys")? {
-        for k in key.keys_of(&batch, row)? {
-            if wanted_set.contains(&k) {
+        key.visit_keys(&batch, row, |k| {
+            if wanted.contains(&k) {
                 found.insert(k);
             }
-        }
+        })?;
         row += batch.num_rows();
     }
-    Ok(wanted.iter().filter(|k| found.contains(*k)).cloned().collect())
+    Ok(found)
+}
+
+/// The keys of `wanted` found by reading every live row's key columns, fragment by fragment,
+/// through Lance's fragment reader: it applies each fragment's deletion vector and data overlays
+/// as a scan does, but plans no query. A long key list has nothing for an index to answer, and
+/// skipping the query planner spares the time and memory (code paged in, plan state) of a first
+/// scan in a process, which a bulk insert would otherwise pay before writing anything
+/// (`design/benchmarks.md`, keyed bench (c)).
+async fn keys_read_whole(
+    dataset: &Arc<Dataset>,
+    key: &KeySpec,
+    wanted: &HashSet<&KeyValue>,
+) -> Result<HashSet<KeyValue>> {
+    let projection = dataset.schema().project(&key.names).lance("projecting the key columns")?;
+    let mut found = HashSet::new();
+    let mut row = 0;
+    for fragment in dataset.get_fragments() {
+        let reader = fragment
+            .open(&projection, FragReadConfig::default())
+            .await
+            .lance(format!("opening fragment {} to read its keys", fragment.id()))?;
+        let mut batches = reader.read_all(KEY_READ_BATCH_ROWS).await.lance("reading keys")?;
+        while let Some(batch) = batches.next().await {
+            let batch = batch.await.lance("reading keys")?;
+            key.visit_keys(&batch, row, |k| {
+                if wanted.contains(&k) {
+                    found.insert(k);
+                }
+            })?;
+            row += batch.num_rows();
+        }
+    }
+    Ok(found)
 }
 
 /// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).

@@ -68,6 +68,41 @@ async fn strict_insert_of_a_present_or_repeated_key_is_a_key_conflict_and_writes
     assert_eq!(scan.get(&2), Some(&(1, 0)), "a strict insert never updates");
 }
 
+/// Past 1,024 keys the presence check reads every fragment's keys instead of asking an `IN` list:
+/// it must see keys in every fragment, and not see deleted ones.
+#[tokio::test]
+async fn a_strict_insert_past_the_in_list_sees_every_fragment_and_no_deleted_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &(0..100).collect::<Vec<_>>()).await;
+    table.insert(vec![rows(&(100..200).collect::<Vec<_>>(), 0)]).await.expect("a second fragment");
+    table.delete(vec![keys(&(10..20).chain(150..160).collect::<Vec<_>>())]).await.expect("delete");
+    let before = latest(&uri).await.manifest().version;
+
+    // Present keys in both fragments, among 1,100 new ones: refused, naming exactly those.
+    let mut ids: Vec<i64> = (10_000..11_100).collect();
+    ids.insert(7, 175);
+    ids.insert(3, 50);
+    match table.insert(vec![rows(&ids, 9)]).await {
+        Err(Error::KeyConflict { keys, cause: ConflictCause::AlreadyPresent }) => {
+            assert_eq!(keys.first, ["50", "175"]);
+            assert_eq!(keys.count, 2);
+        }
+        other => panic!("expected a key conflict, got {other:?}"),
+    }
+    assert_eq!(latest(&uri).await.manifest().version, before, "a refused insert writes nothing");
+
+    // Deleted keys of both fragments, among 1,500 new ones: absent, so inserted.
+    let ids: Vec<i64> = (10..20).chain(150..160).chain(20_000..21_500).collect();
+    table.insert(vec![rows(&ids, 5)]).await.expect("deleted keys are absent");
+    let scan = scan(&latest(&uri).await).await;
+    assert_eq!(scan.len(), 200 + 1_500);
+    assert!(duplicated(&scan).is_empty());
+    assert_eq!(scan.get(&15), Some(&(1, 5)), "a deleted key inserted again");
+    assert_eq!(scan.get(&155), Some(&(1, 5)));
+    assert_eq!(scan.get(&50), Some(&(1, 0)), "a present key untouched");
+}
+
 #[tokio::test]
 async fn rows_that_do_not_fit_are_typed_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
