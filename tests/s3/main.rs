@@ -63,7 +63,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     faults::a_retried_manifest_write_meeting_its_own_object_lands_once,
     cli::the_cli_reaches_s3_through_storage_options_alone,
     requests::an_uncontended_commit_makes_lances_own_requests,
-    requests::an_append_behind_writers_costs_one_version_lookup_more_than_lances_commit,
+    requests::an_append_behind_writers_costs_what_lances_commit_costs,
 ];
 
 /// The part of libtest's command line that cargo and nextest use: `--list [--format terse]`,

@@ -55,14 +55,32 @@ impl WriteRecord {
     }
 }
 
+/// What Lance handed the manifest write: the manifest it built, on the head its pre-write listing
+/// reached, and what it is written with.
+#[derive(Debug, Clone, Copy)]
+pub struct Built<'a> {
+    /// Version `manifest.version - 1` is the head Lance built on.
+    pub manifest: &'a Manifest,
+    /// The index list written with it (Lance hands `None` for a table without indices).
+    pub indices: Option<&'a [IndexMetadata]>,
+    /// Lance's rebase of our transaction (`None` when Lance does not hand it over).
+    pub transaction: Option<&'a Transaction>,
+}
+
+impl Built<'_> {
+    /// The head Lance's listing reached.
+    pub fn head(&self) -> u64 {
+        self.manifest.version.saturating_sub(1)
+    }
+}
+
 /// Judges, at the manifest write, the writers that landed between the version a loop checked up to
 /// and the one Lance's pre-write listing reached.
 #[async_trait::async_trait]
 pub trait Rejudge: Send + Sync + std::fmt::Debug {
-    /// Lance built manifest `asked` (its listing saw `asked - 1` as the head) from `transaction`, its
-    /// rebase of ours (`None` when Lance does not hand it over). True only when the writers up to
-    /// `asked - 1` leave our transaction exactly as it stands: then the manifest may land.
-    async fn admits(&self, asked: u64, transaction: Option<&Transaction>) -> bool;
+    /// Lance built `built.manifest` past the version we checked up to. True only when the writers
+    /// up to its head leave our transaction exactly as it stands: then the manifest may land.
+    async fn admits(&self, built: Built<'_>) -> bool;
 }
 
 #[derive(Debug)]
@@ -114,17 +132,17 @@ impl ExpectVersion {
 
     /// Only `expected`, or a later version the rejudge admits. Lance builds versions in order, so a
     /// version below `expected` means a listing behind ours: refused without asking.
-    async fn gate(&self, manifest: &Manifest, transaction: Option<&Transaction>) -> Gate {
-        if manifest.version == self.expected {
+    async fn gate(&self, built: Built<'_>) -> Gate {
+        if built.manifest.version == self.expected {
             return Gate::Expected;
         }
-        if manifest.version > self.expected
+        if built.manifest.version > self.expected
             && let Some(rejudge) = &self.rejudge
-            && rejudge.admits(manifest.version, transaction).await
+            && rejudge.admits(built).await
         {
             return Gate::Rejudged;
         }
-        self.set(WriteRecord::Refused { asked: manifest.version });
+        self.set(WriteRecord::Refused { asked: built.manifest.version });
         Gate::Refused(CommitError::CommitConflict)
     }
 }
@@ -202,7 +220,8 @@ impl CommitHandler for ExpectVersion {
         naming_scheme: ManifestNamingScheme,
         transaction: Option<Transaction>,
     ) -> Result<ManifestLocation, CommitError> {
-        let gate = self.gate(manifest, transaction.as_ref()).await;
+        let built = Built { manifest: &*manifest, indices: indices.as_deref(), transaction: transaction.as_ref() };
+        let gate = self.gate(built).await;
         if let Gate::Refused(refusal) = gate {
             return Err(refusal);
         }
@@ -251,7 +270,8 @@ impl CommitHandler for ExpectVersion {
         transaction: Option<Transaction>,
         predecessor: &PredecessorIdentity,
     ) -> Result<ManifestLocation, CommitError> {
-        let gate = self.gate(manifest, transaction.as_ref()).await;
+        let built = Built { manifest: &*manifest, indices: indices.as_deref(), transaction: transaction.as_ref() };
+        let gate = self.gate(built).await;
         if let Gate::Refused(refusal) = gate {
             return Err(refusal);
         }

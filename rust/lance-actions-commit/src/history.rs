@@ -36,13 +36,19 @@ fn trusted(mut txn: ActionTxn) -> ActionTxn {
 
 /// The transactions committed in `(read_version, latest]` on `latest`'s branch, oldest first.
 pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<(u64, Transaction)>> {
-    let head = latest.manifest().version;
-    if read_version > head {
-        return Err(Error::ReadVersionAhead { read_version, latest: head });
+    committed_between(latest, read_version, latest.manifest().version).await
+}
+
+/// The transactions committed in `(after, head]` on `handle`'s branch, oldest first. `handle` may
+/// stand at any version of the branch: a version past it is read from the session's cache when
+/// Lance has just read it, so a judge that knows the head's number need not look the head up.
+pub async fn committed_between(handle: &Dataset, after: u64, head: u64) -> Result<Vec<(u64, Transaction)>> {
+    if after > head {
+        return Err(Error::ReadVersionAhead { read_version: after, latest: head });
     }
-    let mut out = Vec::with_capacity((head - read_version) as usize);
-    for version in read_version + 1..=head {
-        let txn = transaction_of(latest, version)
+    let mut out = Vec::with_capacity((head - after) as usize);
+    for version in after + 1..=head {
+        let txn = transaction_of(handle, version)
             .await
             .lance(format!("reading the transaction of version {version}"))?
             .ok_or(Error::MissingTransaction { version })?;
@@ -54,14 +60,14 @@ pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<
 /// One version's transaction: from the session's cache when Lance has just read it (Lance's commit
 /// caches every transaction its pre-write listing loads, and every one it commits), else through
 /// that version's own handle, where `read_transaction_by_version` reads storage each time.
-async fn transaction_of(latest: &Dataset, version: u64) -> lance::Result<Option<Transaction>> {
-    if version == latest.manifest().version {
-        return latest.read_transaction().await;
+async fn transaction_of(handle: &Dataset, version: u64) -> lance::Result<Option<Transaction>> {
+    if version == handle.manifest().version {
+        return handle.read_transaction().await;
     }
-    if let Some(cached) = cached_transaction(latest, version).await {
+    if let Some(cached) = cached_transaction(handle, version).await {
         return Ok(Some(cached));
     }
-    latest.checkout_version(version).await?.read_transaction().await
+    handle.checkout_version(version).await?.read_transaction().await
 }
 
 /// The entry under which Lance 14.0.2 caches a version's transaction in a dataset's metadata cache

@@ -67,6 +67,13 @@ impl Prepared {
         Self { masks, screens, whole, plain, index_edits: IndexEdits::of(&txn.actions), resets }
     }
 
+    /// Does the screen alone settle `peer` as Ok, before any rebase runs or the head is read? The
+    /// first test [`judge_peer`] takes: with a plain context the context rules and the MemWAL-reset
+    /// rule cannot fire, and no action of ours meets the peer.
+    pub fn rules_out(&self, peer: &Peer) -> bool {
+        self.plain && !peer.txn.is_opaque() && screen::rules_out(&self.whole, &peer.whole)
+    }
+
     /// Was this prepared from `txn` (or a rebase of it)? Only coordinates are compared.
     fn fits(&self, txn: &ActionTxn) -> bool {
         self.masks.len() == txn.actions.len() && self.resets == txn.resets_baseline()
@@ -197,9 +204,8 @@ fn opaque_peer_verdict(peer_version: u64) -> Verdict {
 pub fn judge_peer(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Inputs<'_>, peer: &Peer) -> PeerCheck {
     debug_assert!(!peer.txn.is_opaque(), "an opaque peer is decided before any action is judged");
     // The common pair (two inserts, writes to different fragments) is decided by one test of the
-    // two whole screens, as Lance's `check_txn` decides it by one match: with a plain context the
-    // context rules and the MemWAL-reset rule cannot fire, and no action of ours meets the peer.
-    if prepared.plain && screen::rules_out(&prepared.whole, &peer.whole) {
+    // two whole screens, as Lance's `check_txn` decides it by one match.
+    if prepared.rules_out(peer) {
         debug_assert!(
             exact_route_agrees(txn, prepared, inputs, peer),
             "the whole-transaction screen skipped a peer that matters"

@@ -65,8 +65,9 @@ async fn ours_behind(theirs: Stage, ours: Stage) -> Behind {
 
 impl Behind {
     /// Landed in one attempt, admitted at the write over the one writer in between, with no
-    /// listing of ours.
-    fn assert_judged_at_the_write(&self) {
+    /// listing of ours; the head read back from Lance's manifest (an append whose writer the
+    /// screen settles) or looked up.
+    fn assert_judged_at_the_write(&self, head_read_back: bool) {
         let (v, report) = (self.v, &self.report);
         assert_eq!(self.landed, v + 2);
         assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
@@ -77,6 +78,7 @@ impl Behind {
         let at_write = attempt.at_write.as_ref().expect("judged at the write");
         assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
         assert!(at_write.verdict.is_ok());
+        assert_eq!(at_write.head_read_back, head_read_back, "how the head was known");
         assert_eq!(report.peers_checked(), 1);
     }
 
@@ -88,10 +90,32 @@ impl Behind {
 #[tokio::test]
 async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let behind = ours_behind(Stage::Append(100..104), Stage::Append(200..203)).await;
-    behind.assert_judged_at_the_write();
+    behind.assert_judged_at_the_write(true);
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 4 + 3, "every row once");
     assert!(ids(100..104).iter().chain(&ids(200..203)).all(|i| seen.contains(i)));
+}
+
+/// A writer the screen does not settle (a config change: an insert reads the table's class from the
+/// config) has our append judged on the head looked up, not read back from Lance's manifest.
+#[tokio::test]
+async fn an_append_behind_a_config_change_is_judged_on_the_head_looked_up() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_append(&stale, "ours", &ids(100..103)).await.expect("stage ours").txn;
+    let mut other = Dataset::open(&uri).await.expect("open");
+    other.update_config([("lance-actions.test.note", "kept")]).await.expect("a config change lands");
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "{report:?}");
+    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 1, 1));
+    assert!(at_write.verdict.is_ok());
+    assert!(!at_write.head_read_back, "a writer the screen does not settle: the head is looked up");
+    assert_eq!(landed.manifest().config.get("lance-actions.test.note").map(String::as_str), Some("kept"));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 3);
+    assert!(ids(100..103).iter().all(|i| seen.contains(i)));
 }
 
 #[tokio::test]
@@ -114,7 +138,7 @@ async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed
 #[tokio::test]
 async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let behind = ours_behind(Stage::Append(100..102), Stage::Delete("id = 3")).await;
-    behind.assert_judged_at_the_write();
+    behind.assert_judged_at_the_write(false);
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 2 - 1);
     assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
@@ -124,7 +148,7 @@ async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one
 async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_write() {
     // Rows 3 and 20 live in fragments 0 and 2 (8 rows per fragment).
     let behind = ours_behind(Stage::Delete("id = 20"), Stage::Delete("id = 3")).await;
-    behind.assert_judged_at_the_write();
+    behind.assert_judged_at_the_write(false);
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold");
     assert!(!seen.contains(&3) && !seen.contains(&20) && seen.contains(&4) && seen.contains(&21));
@@ -227,6 +251,7 @@ async fn the_writers_lances_listing_loaded_are_found_in_the_sessions_cache() {
     assert_eq!(landed.manifest().version, v + 4);
     let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
     assert_eq!((at_write.head, at_write.peers.len()), (v + 3, 3));
+    assert!(at_write.head_read_back, "three appends: the head is read back from Lance's manifest");
     for (version, uuid) in (v + 1..=v + 3).zip(&theirs) {
         let cached = cached_transaction(&stale, version).await.expect("Lance's listing cached it");
         assert_eq!(&cached.uuid, uuid, "v{version}: the writer's own transaction");
