@@ -882,13 +882,14 @@ impl JudgeAtWrite {
         handed: &Transaction,
         state: &mut LoopState,
     ) -> Option<Arc<Self>> {
-        // A transaction Lance cannot encode is not one it will hand the handler either.
+        // `None` also when a fragment has no data file: then none of ours can be told apart.
         let appended_files = match &handed.operation {
             lance::dataset::transaction::Operation::Append { fragments } => {
                 fragments.iter().map(|f| f.files.first().map(|file| file.path.clone())).collect()
             }
             _ => None,
         };
+        // A transaction Lance cannot encode is not one it will hand the handler either.
         let handed = lance_table::format::pb::Transaction::try_from(handed).ok()?;
         let read_version = state.log.read_version;
         let lent = Lent {

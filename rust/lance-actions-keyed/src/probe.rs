@@ -24,37 +24,47 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     if wanted.is_empty() || dataset.count_fragments() == 0 {
         return Ok(Vec::new());
     }
-    let wanted_set: HashSet<&KeyValue> = wanted.iter().collect();
-    let found = match in_list_filter(key, wanted) {
-        Some(filter) => keys_matching(dataset, key, &filter, &wanted_set).await?,
-        None => keys_read_whole(dataset, key, &wanted_set).await?,
+    let mut found = Found { key, wanted: wanted.iter().collect(), found: HashSet::new(), rows: 0 };
+    match in_list_filter(key, wanted) {
+        Some(filter) => keys_matching(dataset, &filter, &mut found).await?,
+        None => keys_read_whole(dataset, &mut found).await?,
     };
-    Ok(wanted.iter().filter(|k| found.contains(*k)).cloned().collect())
+    Ok(wanted.iter().filter(|k| found.found.contains(*k)).cloned().collect())
 }
 
-/// The keys of `wanted` that a filtered scan finds: a short `IN` list, which a scalar index on the
-/// key answers without reading the key column.
-async fn keys_matching(
-    dataset: &Arc<Dataset>,
-    key: &KeySpec,
-    filter: &str,
-    wanted: &HashSet<&KeyValue>,
-) -> Result<HashSet<KeyValue>> {
-    let mut found = HashSet::new();
-    let mut scanner = dataset.scan();
-    scanner.project(&key.names).lance("projecting the key columns")?;
-    scanner.filter(filter).lance("filtering by key")?;
-    let mut stream = scanner.try_into_stream().await.lance("scanning keys")?;
-    let mut row = 0;
-    while let Some(batch) = stream.try_next().await.lance("scanning keys")? {
-        key.visit_keys(&batch, row, |k| {
+/// The wanted keys met so far in the rows read.
+struct Found<'a> {
+    key: &'a KeySpec,
+    wanted: HashSet<&'a KeyValue>,
+    found: HashSet<KeyValue>,
+    /// Rows read so far (numbers the rows in errors).
+    rows: usize,
+}
+
+impl Found<'_> {
+    fn read(&mut self, batch: &arrow_array::RecordBatch) -> Result<()> {
+        let (wanted, found) = (&self.wanted, &mut self.found);
+        self.key.visit_keys(batch, self.rows, |k| {
             if wanted.contains(&k) {
                 found.insert(k);
             }
         })?;
-        row += batch.num_rows();
+        self.rows += batch.num_rows();
+        Ok(())
     }
-    Ok(found)
+}
+
+/// The keys of `wanted` that a filtered scan finds: a short `IN` list, which a scalar index on the
+/// key answers without reading the key column.
+async fn keys_matching(dataset: &Arc<Dataset>, filter: &str, found: &mut Found<'_>) -> Result<()> {
+    let mut scanner = dataset.scan();
+    scanner.project(&found.key.names).lance("projecting the key columns")?;
+    scanner.filter(filter).lance("filtering by key")?;
+    let mut stream = scanner.try_into_stream().await.lance("scanning keys")?;
+    while let Some(batch) = stream.try_next().await.lance("scanning keys")? {
+        found.read(&batch)?;
+    }
+    Ok(())
 }
 
 /// The keys of `wanted` found by reading every live row's key columns, fragment by fragment,
@@ -63,14 +73,8 @@ async fn keys_matching(
 /// skipping the query planner spares the time and memory (code paged in, plan state) of a first
 /// scan in a process, which a bulk insert would otherwise pay before writing anything
 /// (`design/benchmarks.md`, keyed bench (c)).
-async fn keys_read_whole(
-    dataset: &Arc<Dataset>,
-    key: &KeySpec,
-    wanted: &HashSet<&KeyValue>,
-) -> Result<HashSet<KeyValue>> {
-    let projection = dataset.schema().project(&key.names).lance("projecting the key columns")?;
-    let mut found = HashSet::new();
-    let mut row = 0;
+async fn keys_read_whole(dataset: &Arc<Dataset>, found: &mut Found<'_>) -> Result<()> {
+    let projection = dataset.schema().project(&found.key.names).lance("projecting the key columns")?;
     for fragment in dataset.get_fragments() {
         let reader = fragment
             .open(&projection, FragReadConfig::default())
@@ -78,16 +82,10 @@ async fn keys_read_whole(
             .lance(format!("opening fragment {} to read its keys", fragment.id()))?;
         let mut batches = reader.read_all(KEY_READ_BATCH_ROWS).await.lance("reading keys")?;
         while let Some(batch) = batches.next().await {
-            let batch = batch.await.lance("reading keys")?;
-            key.visit_keys(&batch, row, |k| {
-                if wanted.contains(&k) {
-                    found.insert(k);
-                }
-            })?;
-            row += batch.num_rows();
+            found.read(&batch.await.lance("reading keys")?)?;
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 /// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).
