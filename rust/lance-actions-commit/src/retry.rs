@@ -5,10 +5,12 @@
 //! once, so every retry waits a random time ("full jitter") in `[0, step)`, where the step starts
 //! at `base` and doubles per attempt up to `max_delay`. A loop that measured how long its colliding
 //! step took (a commit's manifest write: the window in which another writer's write can beat it)
-//! tells its [`Attempts`] ([`Attempts::collided_over`]), and the steps then start at twice that
-//! window instead of `base`: writers that collided over a 60 ms object-store commit gain nothing
-//! from retrying 2 ms apart, they collide again. (Lance's own commit loop sizes its backoff slots by
-//! its first attempt's time for the same reason, `SlotBackoff`.) The bound is one type, [`RetryPolicy`], so
+//! tells its [`Attempts`] ([`Attempts::collided_over`]), and the steps then start at three times
+//! that window instead of `base`: writers that collided over a 60 ms object-store commit gain
+//! nothing from retrying 2 ms apart, they collide again. Lance's own commit loop sizes its backoff
+//! slots by its first attempt's time for the same reason (`SlotBackoff`: 4, then 8, ... slots of
+//! 1.1 times that time, a mean wait of 1.65 and then 3.85 of them); a step of 3, then 6, ...
+//! windows waits as long on average (1.5, 3, ...), so our writers spread as far apart as Lance's. The bound is one type, [`RetryPolicy`], so
 //! the commit loop, keyed writes and replay count attempts the same way and report the same number.
 //!
 //! A loop adopts it in a few lines:
@@ -122,8 +124,8 @@ impl Attempts {
     }
 
     /// The last attempt collided with another writer over a step that took `window` (for a commit,
-    /// its manifest write): from now on the steps are at least `2 * window`, doubling per attempt,
-    /// capped at the policy's `max_delay` or `8 * window`, whichever is longer. The first
+    /// its manifest write): from now on the steps are at least `3 * window`, doubling per attempt,
+    /// capped at the policy's `max_delay` or `24 * window`, whichever is longer. The first
     /// measurement is kept: a window measured under contention is inflated by the contention.
     pub fn collided_over(&mut self, window: Duration) {
         self.window.get_or_insert(window);
@@ -135,7 +137,8 @@ impl Attempts {
         let step = self.policy.step_before(attempt);
         let Some(window) = self.window.filter(|_| attempt > 1) else { return step };
         let doublings = (attempt - 2).min(16) as u32;
-        let widened = window.saturating_mul(2u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(8)));
+        let widened =
+            window.saturating_mul(3u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(24)));
         step.max(widened)
     }
 
@@ -191,7 +194,7 @@ mod tests {
         slow.collided_over(Duration::from_millis(60));
         slow.collided_over(Duration::from_millis(500)); // the first measurement is kept
         let steps: Vec<u128> = (1..=6).map(|a| slow.step_before(a).as_millis()).collect();
-        assert_eq!(steps, vec![0, 120, 240, 480, 480, 480], "2, 4, 8 windows, capped at 8 windows");
+        assert_eq!(steps, vec![0, 180, 360, 720, 1440, 1440], "3, 6, 12, 24 windows, capped at 24 windows");
         let mut fast = policy.attempts();
         fast.collided_over(Duration::from_micros(100));
         let steps: Vec<u128> = (1..=4).map(|a| fast.step_before(a).as_micros()).collect();
