@@ -36,7 +36,8 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// 20 attempts, a 2 ms first step, no single wait longer than 250 ms.
+    /// 20 attempts, a 2 ms first step, steps of at most 250 ms (unless a measured collision window
+    /// widens them, [`Attempts::collided_over`]).
     fn default() -> Self {
         Self { max_attempts: 20, base: Duration::from_millis(2), max_delay: Duration::from_millis(250) }
     }
@@ -60,7 +61,9 @@ impl RetryPolicy {
         self
     }
 
-    /// No single wait is longer than this.
+    /// No step is longer than this, unless a measured collision window widens it (to at most 24
+    /// windows, [`Attempts::collided_over`]): writers that collided over a slow write must wait
+    /// that long apart, or they collide again.
     pub fn with_max_delay(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
         self

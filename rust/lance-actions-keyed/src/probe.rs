@@ -19,6 +19,9 @@ const IN_LIST_LIMIT: usize = 1024;
 /// Rows per batch when the key columns are read fragment by fragment.
 const KEY_READ_BATCH_ROWS: u32 = 8_192;
 
+/// Fragments whose key columns are read at once.
+const FRAGMENTS_READ_AT_ONCE: usize = 8;
+
 /// The keys of `wanted` present in `dataset`, in the order of `wanted`.
 pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyValue]) -> Result<Vec<KeyValue>> {
     if wanted.is_empty() || dataset.count_fragments() == 0 {
@@ -75,17 +78,35 @@ async fn keys_matching(dataset: &Arc<Dataset>, filter: &str, found: &mut Found<'
 /// (`design/benchmarks.md`, keyed bench (c)).
 async fn keys_read_whole(dataset: &Arc<Dataset>, found: &mut Found<'_>) -> Result<()> {
     let projection = dataset.schema().project(&found.key.names).lance("projecting the key columns")?;
-    for fragment in dataset.get_fragments() {
-        let reader = fragment
-            .open(&projection, FragReadConfig::default())
-            .await
-            .lance(format!("opening fragment {} to read its keys", fragment.id()))?;
-        let mut batches = reader.read_all(KEY_READ_BATCH_ROWS).await.lance("reading keys")?;
-        while let Some(batch) = batches.next().await {
-            found.read(&batch.await.lance("reading keys")?)?;
+    let projection = &projection;
+    // In fragment order (rows are numbered in errors), several fragments at a time: on an object
+    // store each read is a round trip.
+    let mut reads = futures::stream::iter(dataset.get_fragments())
+        .map(|fragment| async move { key_batches(fragment, projection).await })
+        .buffered(FRAGMENTS_READ_AT_ONCE);
+    while let Some(batches) = reads.try_next().await? {
+        for batch in &batches {
+            found.read(batch)?;
         }
     }
     Ok(())
+}
+
+/// One fragment's key columns, live rows only (its deletion vector and overlays applied).
+async fn key_batches(
+    fragment: lance::dataset::fragment::FileFragment,
+    projection: &lance_core::datatypes::Schema,
+) -> Result<Vec<arrow_array::RecordBatch>> {
+    let reader = fragment
+        .open(projection, FragReadConfig::default())
+        .await
+        .lance(format!("opening fragment {} to read its keys", fragment.id()))?;
+    let mut reads = reader.read_all(KEY_READ_BATCH_ROWS).await.lance("reading keys")?;
+    let mut batches = Vec::new();
+    while let Some(batch) = reads.next().await {
+        batches.push(batch.await.lance("reading keys")?);
+    }
+    Ok(batches)
 }
 
 /// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).

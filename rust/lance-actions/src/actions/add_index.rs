@@ -11,7 +11,7 @@ use lance_table::format::IndexMetadata;
 use lance_table::system_index::frag_reuse::metadata::is_tagged;
 
 /// Lance's MemWAL system index; its details carry the shard generations.
-pub(crate) const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
+pub const MEM_WAL_INDEX_NAME: &str = "__lance_mem_wal";
 
 use super::remove_index::RemoveIndex;
 use super::reuse_history;
