@@ -936,11 +936,11 @@ impl JudgeAtWrite {
             return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict, head_read_back: false });
         }
         let mut txn = self.fixed.ours.clone();
-        let (head_state, head_read_back) = match self.head_read_back(built, &lent.log.peers) {
+        // The handle deletion vectors are read through: the head when it was looked up.
+        let (head_state, head_read_back, handle) = match self.head_read_back(built, &lent.log.peers) {
             Some(state) => {
                 self.debug_check_read_back(&state, head_version).await;
-                lent.facts.load_more(&self.judged_at, &self.fixed.base, &txn, &lent.log.peers).await?;
-                (state, true)
+                (state, true, self.judged_at.clone())
             }
             None => {
                 let head = Arc::new(
@@ -949,10 +949,10 @@ impl JudgeAtWrite {
                         .await
                         .map_err(lance_err("reading the latest version"))?,
                 );
-                lent.facts.load_more(&head, &self.fixed.base, &txn, &lent.log.peers).await?;
-                (table_state(&head).await?, false)
+                (table_state(&head).await?, false, head)
             }
         };
+        lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers).await?;
         let (mut verdict, peers) = drive_on(&self.fixed, Some(&head_state), &lent.log.peers, &lent.facts, &mut txn);
         if verdict.is_ok() && txn != self.lowered {
             // Ours would be lowered differently on this head: the next attempt does that.
@@ -1016,8 +1016,11 @@ impl JudgeAtWrite {
     /// (an append's build gives that one a new uuid). Not the fragments' or the schema's other
     /// details, which Lance's build may migrate (legacy row counts, duplicate field ids).
     async fn debug_check_read_back(&self, read_back: &lance_actions::TableState, head_version: u64) {
-        let on_object_store = self.judged_at.uri().contains("://") && !self.judged_at.uri().starts_with("file://");
-        if !cfg!(debug_assertions) || on_object_store {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let local = self.judged_at.object_store(None).await.is_ok_and(|store| store.is_local());
+        if !local {
             return;
         }
         let Ok(head) = self.judged_at.checkout_version(head_version).await else { return };

@@ -10,8 +10,9 @@
 //! nothing from retrying 2 ms apart, they collide again. Lance's own commit loop sizes its backoff
 //! slots by its first attempt's time for the same reason (`SlotBackoff`: 4, then 8, ... slots of
 //! 1.1 times that time, a mean wait of 1.65 and then 3.85 of them); a step of 3, then 6, ...
-//! windows waits as long on average (1.5, 3, ...), so our writers spread as far apart as Lance's. The bound is one type, [`RetryPolicy`], so
-//! the commit loop, keyed writes and replay count attempts the same way and report the same number.
+//! windows waits as long on average (1.5, 3, ...), so our writers spread as far apart as Lance's.
+//! The bound is one type, [`RetryPolicy`], so the commit loop, keyed writes and replay count
+//! attempts the same way and report the same number.
 //!
 //! A loop adopts it in a few lines:
 //!

@@ -13,7 +13,7 @@ use crate::error::{LanceContext, Result};
 use crate::key::{KeySpec, display_key};
 
 /// Up to this many keys are looked up with an `IN` filter (which a scalar index on the key
-/// answers); more are checked by one scan of the key columns.
+/// answers); more are checked against every live row's key, read fragment by fragment.
 const IN_LIST_LIMIT: usize = 1024;
 
 /// Rows per batch when the key columns are read fragment by fragment.
@@ -82,7 +82,7 @@ async fn keys_read_whole(dataset: &Arc<Dataset>, found: &mut Found<'_>) -> Resul
     // In fragment order (rows are numbered in errors), several fragments at a time: on an object
     // store each read is a round trip.
     let mut reads = futures::stream::iter(dataset.get_fragments())
-        .map(|fragment| async move { key_batches(fragment, projection).await })
+        .map(|fragment| key_batches(fragment, projection))
         .buffered(FRAGMENTS_READ_AT_ONCE);
     while let Some(batches) = reads.try_next().await? {
         for batch in &batches {
@@ -109,7 +109,7 @@ async fn key_batches(
     Ok(batches)
 }
 
-/// `name IN (...)` for a single-column key and a short list, else `None` (scan everything).
+/// `name IN (...)` for a single-column key and a short list, else `None` (read every key).
 fn in_list_filter(key: &KeySpec, wanted: &[KeyValue]) -> Option<String> {
     if key.names.len() != 1 || wanted.len() > IN_LIST_LIMIT {
         return None;
