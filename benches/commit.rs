@@ -4,16 +4,18 @@
 //!   appends, deletes on disjoint fragments, deletes of disjoint rows of ONE fragment, upserts of
 //!   disjoint keys, appends mixed with index creation.
 //! A re-execution is a Retry verdict handed back to the writer, which re-reads and re-stages.
-//! Each cell is the median of three runs of 50 commits per writer. The workloads are
+//! Each cell is the median of three runs of 50 commits per writer, run in rounds that rotate the ways'
+//! order, each table removed after its run (`compare`: run one way after the other, the second
+//! was measured on a slower machine). The workloads are
 //! `lance_actions_commit::bench::commit`, which `lance-actions bench commit` also runs.
 //!
 //! Run: `cargo bench -p lance-actions-benches --bench commit` (`-- --quick`: N = 1, 4 and fewer
 //! commits; `-- --only <workload>` for one workload).
 
-use lance_actions_commit::bench::commit::{Way, Workload, median_of, run};
+use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
 
-/// Median throughput over `REPEATS` runs: single runs on a shared 2-core machine vary by tens of
-/// percent.
+/// Runs per way and cell (the median is reported): single runs on a shared 2-core machine vary by
+/// tens of percent. Three rounds put each of three ways first once.
 const REPEATS: usize = 3;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
@@ -36,19 +38,15 @@ async fn main() {
     };
     for workload in workloads {
         for &n in ns {
-            let mut lance_tput = None;
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
-            for way in ways {
-                let uri_of = |i: usize| format!("{root}/{}-{}-{n}-{i}", workload.name(), way.name());
-                let t = median_of(REPEATS, uri_of, way, workload, n, commits).await.expect("run");
-                // Ours is compared with Lance given the affected rows where Lance takes them.
-                if way != Way::Ours {
-                    lance_tput = Some(t.commits_per_s);
-                }
-                let ratio = lance_tput.map(|l| format!("{:.2}x", t.commits_per_s / l)).unwrap_or_default();
+            let figures = compare(&root, &ways, workload, n, commits, REPEATS).await.expect("run");
+            // Ours is compared with the last Lance way: given the affected rows where Lance takes them.
+            let lance_tput = figures[figures.len() - 2].commits_per_s;
+            for (way, t) in ways.iter().zip(&figures) {
+                let ratio = if *way == Way::Ours { t.commits_per_s / lance_tput } else { 1.0 };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {ratio} |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {ratio:.2}x |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,

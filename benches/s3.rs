@@ -8,6 +8,8 @@
 //! at a relay in front of the server (`tests/s3/server.rs`, shared with the S3 tests), minus the
 //! table's creation.
 //!
+//! Each cell is the median of three runs per way, run in rounds that rotate the ways' order.
+//!
 //! The server is moto's (python/.venv, installed by `scripts/setup.sh`), started here on a
 //! loopback port and stopped at the end. Run:
 //! `cargo bench -p lance-actions-benches --bench s3` (`-- --ops K` commits per writer, default 10;
@@ -21,6 +23,8 @@ mod server;
 use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, run};
 
 const BUCKET: &str = "bench";
+/// Runs per way and cell; the median is reported. Three rounds put each of three ways first once.
+const ROUNDS: usize = 3;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -56,16 +60,18 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
     let mut breakdown = Vec::new();
     for workload in [Workload::Append, Workload::DeleteRows] {
         for &n in ns {
-            let mut lance: Option<Cell> = None;
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
-            for way in ways {
-                let cell = cell(s3, workload, way, n, ops).await;
-                let (tput, trips) = match &lance {
-                    Some(l) => (
-                        format!("{:.2}x", cell.t.commits_per_s / l.t.commits_per_s),
-                        format!("{:.2}x", cell.round_trips_per_commit / l.round_trips_per_commit),
-                    ),
-                    None => Default::default(),
+            let cells = rounds(s3, workload, &ways, n, ops).await;
+            // Ours is compared with the last Lance way: given the affected rows where it takes them.
+            let lance = &cells[cells.len() - 2];
+            for (way, cell) in ways.iter().zip(&cells) {
+                let (tput, trips) = if *way == Way::Ours {
+                    (
+                        format!("{:.2}x", cell.t.commits_per_s / lance.t.commits_per_s),
+                        format!("{:.2}x", cell.round_trips_per_commit / lance.round_trips_per_commit),
+                    )
+                } else {
+                    Default::default()
                 };
                 let retries = cell.t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
                 println!(
@@ -77,10 +83,6 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
                     cell.round_trips_per_commit,
                 );
                 breakdown.push(format!("| {} | {n} | {} | {} |", workload.name(), way.name(), cell.by_kind));
-                // Ours is compared with the last Lance way: given the affected rows where it takes them.
-                if way != Way::Ours {
-                    lance = Some(cell);
-                }
             }
         }
     }
@@ -90,8 +92,31 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
     }
 }
 
-async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64) -> Cell {
-    let name = format!("{}-{}-{n}", workload.name(), way.name());
+/// Each way's cell, the median of `ROUNDS` runs: round `r` runs the ways in an order rotated by `r`,
+/// so none always runs after the others (on a busy machine, and on a server holding ever more
+/// objects, the way run later is measured slower; `bench::commit::compare`). The median run by
+/// round trips gives the round trips and their kinds; the median by throughput, the throughput.
+async fn rounds(s3: &server::S3, workload: Workload, ways: &[Way], n: i64, ops: i64) -> Vec<Cell> {
+    let mut runs: Vec<Vec<Cell>> = ways.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        for k in 0..ways.len() {
+            let i = (round + k) % ways.len();
+            runs[i].push(cell(s3, workload, ways[i], n, ops, round).await);
+        }
+    }
+    runs.into_iter().map(median_cell).collect()
+}
+
+fn median_cell(mut runs: Vec<Cell>) -> Cell {
+    runs.sort_by(|a, b| a.t.commits_per_s.total_cmp(&b.t.commits_per_s));
+    let t = runs[runs.len() / 2].t;
+    runs.sort_by(|a, b| a.round_trips_per_commit.total_cmp(&b.round_trips_per_commit));
+    let mid = runs.swap_remove(runs.len() / 2);
+    Cell { t, ..mid }
+}
+
+async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64, round: usize) -> Cell {
+    let name = format!("{}-{}-{n}-{round}", workload.name(), way.name());
     // What creating the table costs, measured on a twin, is not a commit's cost.
     let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
     create(&uri(&format!("{name}-twin")), n, ops).await.expect("create the twin table");

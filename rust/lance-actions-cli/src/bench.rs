@@ -35,6 +35,11 @@ pub enum BenchCommand {
         /// of one fragment, or upsert by key.
         #[arg(long, value_enum, default_value = "append")]
         workload: WorkloadArg,
+        /// Runs per way; the median is reported. Runs go in rounds, Lance's first in the first round,
+        /// ours first in the second, and so on: on a busy machine the way run second is measured
+        /// slower.
+        #[arg(long, default_value_t = 2)]
+        repeats: usize,
         #[arg(long, help = JSON_HELP)]
         json: bool,
     },
@@ -72,8 +77,8 @@ impl WorkloadArg {
 
 pub async fn run(command: BenchCommand) -> CliResult {
     match command {
-        BenchCommand::Commit { uri_prefix, writers, ops, workload, json } => {
-            commit(&uri_prefix, writers, ops, workload.workload(), json).await
+        BenchCommand::Commit { uri_prefix, writers, ops, workload, repeats, json } => {
+            commit(&uri_prefix, writers, ops, workload.workload(), repeats, json).await
         }
         BenchCommand::Check { fragments, millis, json } => run_check(&fragments, millis, json).await,
     }
@@ -100,13 +105,22 @@ fn lance_way(workload: Workload) -> Way {
     workload.lance_ways().last().copied().unwrap_or(Way::Lance)
 }
 
-async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, as_json: bool) -> CliResult {
-    if writers < 1 || ops < 1 {
-        return Err(Failure::new(Kind::Usage, format!("--writers ({writers}) and --ops ({ops}) must be at least 1")));
+/// More runs per way than this only repeat what the median already shows.
+const MAX_REPEATS: usize = 25;
+
+async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeats: usize, as_json: bool) -> CliResult {
+    if writers < 1 || ops < 1 || repeats < 1 {
+        return Err(Failure::new(
+            Kind::Usage,
+            format!("--writers ({writers}), --ops ({ops}) and --repeats ({repeats}) must be at least 1"),
+        ));
+    }
+    if repeats > MAX_REPEATS {
+        return Err(Failure::new(Kind::Usage, format!("--repeats ({repeats}) is at most {MAX_REPEATS}")));
     }
     let dir = format!("{}/lance-actions-bench-{}", prefix.trim_end_matches('/'), run_directory_name());
     let lance_way = lance_way(workload);
-    let outcome = side_by_side(&dir, lance_way, workload, writers, ops).await;
+    let outcome = side_by_side(&dir, lance_way, workload, writers, ops, repeats).await;
     // The tables are the bench's own: removed whether or not the run completed.
     let removed = bench::remove_tables(&dir).await;
     let (lance, ours) = outcome.map_err(failure)?;
@@ -135,17 +149,21 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, as_jso
     Ok(())
 }
 
-/// Lance first, then ours, each on its own fresh table under `dir`.
+/// Lance's way and ours, `repeats` rounds each, each round in a rotated order, every table removed
+/// after its run (`bench::commit::compare`).
 async fn side_by_side(
     dir: &str,
     lance_way: Way,
     workload: Workload,
     writers: i64,
     ops: i64,
+    repeats: usize,
 ) -> Result<(Throughput, Throughput), BenchError> {
-    let lance = bench::commit::run(&format!("{dir}/lance"), lance_way, workload, writers, ops).await?;
-    let ours = bench::commit::run(&format!("{dir}/ours"), Way::Ours, workload, writers, ops).await?;
-    Ok((lance, ours))
+    let figures = bench::commit::compare(dir, &[lance_way, Way::Ours], workload, writers, ops, repeats).await?;
+    match figures.as_slice() {
+        [lance, ours] => Ok((*lance, *ours)),
+        _ => Err(BenchError::Setup { what: format!("expected two ways' figures, got {}", figures.len()) }),
+    }
 }
 
 fn print_line(name: &str, t: &Throughput) {

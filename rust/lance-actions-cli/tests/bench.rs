@@ -71,12 +71,21 @@ fn bench_check_json_times_every_pair_on_both_sides() {
 }
 
 #[test]
-fn bench_refuses_zero_writers_and_too_many_disjoint_deletes_as_usage_errors() {
+fn bench_refuses_zero_writers_zero_or_too_many_repeats_and_too_many_disjoint_deletes_as_usage_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let prefix = dir.path().to_str().expect("utf-8");
     let (code, out, _) = bench(&["commit", prefix, "--writers", "0", "--json"]);
     assert_eq!(code, Some(2), "{out}");
     assert!(json(&out)["error"]["message"].as_str().is_some_and(|m| m.contains("--writers (0)")), "{out}");
+    let (code, out, _) = bench(&["commit", prefix, "--repeats", "0", "--json"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(json(&out)["error"]["message"].as_str().is_some_and(|m| m.contains("--repeats (0)")), "{out}");
+    let (code, out, _) = bench(&["commit", prefix, "--repeats", "18446744073709551615", "--json"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(json(&out)["error"]["message"].as_str().is_some_and(|m| m.contains("at most 25")), "{out}");
+    let (code, _, err) = bench(&["commit", prefix, "--writers", "9223372036854775807"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("at most 1000"), "{err}");
     let (code, _, err) = bench(&["commit", prefix, "--ops", "65", "--workload", "delete-disjoint"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("at most 64 ops"), "{err}");

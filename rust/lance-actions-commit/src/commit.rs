@@ -864,15 +864,24 @@ impl std::fmt::Debug for JudgeAtWrite {
 }
 
 impl JudgeAtWrite {
-    /// An append or a delete, whose manifest Lance builds from the head and the transaction alone
-    /// (the read version enters only the MemWAL coverage credit, which an older read version can
-    /// only make smaller), written through the dataset's own handler, by a loop that judges its
-    /// peers itself. Whether Lance's rebase left the transaction as it was (an append's always is;
-    /// a delete's is unless a writer in between touched its fragments) is checked at the write,
-    /// and so is whether our own rebase would leave it as it was.
+    /// An append, a delete, an update (an upsert's operation) or an index creation, whose manifest
+    /// Lance builds from the head and the transaction alone (the read version enters only the
+    /// MemWAL coverage credit, which an older read version can only make smaller; the
+    /// transaction's own read version only a data replacement's overlays, and the read version's
+    /// schema only a merge's or an overwrite's field ids, none of them eligible), written through
+    /// the dataset's own handler, by a loop that judges its peers itself. Whether Lance's rebase
+    /// left the transaction as it was (an append's always is; the others' are unless a writer in
+    /// between touched their fragments or indices) is checked at the write, and so is whether our
+    /// own rebase would leave it as it was.
     fn eligible(fixed: &Fixed, op: &lance::dataset::transaction::Operation) -> bool {
         use lance::dataset::transaction::Operation;
-        matches!(op, Operation::Append { .. } | Operation::Delete { .. }) && fixed.inner.stands_on_known_heads(fixed)
+        matches!(
+            op,
+            Operation::Append { .. }
+                | Operation::Delete { .. }
+                | Operation::Update { .. }
+                | Operation::CreateIndex { .. }
+        ) && fixed.inner.stands_on_known_heads(fixed)
     }
 
     fn lend(

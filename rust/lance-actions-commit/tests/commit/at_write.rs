@@ -7,11 +7,14 @@ use std::sync::Arc;
 
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
-use lance::dataset::transaction::Transaction;
+use lance::dataset::transaction::{Operation, Transaction, TransactionBuilder};
+use lance::index::DatasetIndexExt;
 use lance_actions_commit::expect_version::WriteRecord;
 use lance_actions_commit::history::cached_transaction;
-use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete};
+use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete, stage_upsert};
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
+use lance_index::IndexType;
+use lance_index::scalar::ScalarIndexParams;
 
 use crate::support::{latest, scan_ids};
 
@@ -27,10 +30,14 @@ async fn sample() -> (tempfile::TempDir, String, Arc<Dataset>) {
     (dir, uri, ds)
 }
 
-/// A write staged on the sample table: an append of these ids, or a delete by predicate.
+/// A write staged on the sample table: an append of these ids, a delete by predicate, or an upsert
+/// of these ids by key.
 enum Stage {
     Append(std::ops::Range<i64>),
     Delete(&'static str),
+    Upsert(&'static [i64]),
+    /// A BTree index `v_idx` on `v`, built on the staging version.
+    IndexOnV,
 }
 
 impl Stage {
@@ -38,6 +45,15 @@ impl Stage {
         match self {
             Stage::Append(range) => stage_append(ds, variant, &ids(range)).await.expect("stage an append").txn,
             Stage::Delete(predicate) => stage_delete(ds, variant, predicate).await.expect("stage a delete").txn,
+            Stage::Upsert(keys) => stage_upsert(ds, variant, keys).await.expect("stage an upsert").txn,
+            Stage::IndexOnV => {
+                let mut d = (**ds).clone();
+                let params = ScalarIndexParams::default();
+                let builder = d.create_index_builder(&["v"], IndexType::BTree, &params);
+                let meta = builder.name("v_idx".into()).execute_uncommitted().await.expect("stage an index");
+                let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: Vec::new() };
+                TransactionBuilder::new(ds.manifest().version, op).build()
+            }
         }
     }
 }
@@ -168,6 +184,67 @@ async fn a_delete_behind_a_landed_delete_of_its_own_fragment_is_merged_by_anothe
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold: no row resurrected");
     assert!(!seen.contains(&3) && !seen.contains(&5) && seen.contains(&4));
+}
+
+/// An upsert (Lance's Update: our row's old version deleted in its fragment, its new version and a
+/// new row in a new fragment) behind an upsert of another fragment: Lance's rebase and ours leave
+/// it as it was, so the manifest Lance built past our head is admitted.
+#[tokio::test]
+async fn an_upsert_behind_a_landed_upsert_of_another_fragment_is_judged_at_the_write() {
+    // Row 20 lives in fragment 2, row 3 in fragment 0 (8 rows per fragment).
+    let behind = ours_behind(Stage::Upsert(&[20, 300]), Stage::Upsert(&[3, 400])).await;
+    behind.assert_judged_at_the_write(false);
+    let (seen, total) = behind.scan().await;
+    assert_eq!(total, 32 + 2, "each upserted key once, both new keys once");
+    assert!(ids(0..32).iter().chain(&[300, 400]).all(|i| seen.contains(i)), "{seen:?}");
+}
+
+/// An upsert behind an upsert of its own fragment must write the union of both deletion vectors:
+/// its manifest, built on our vector alone, would bring the writer's old row back beside its new
+/// one. It is not written: Lance's own rebase (handed no rows) refuses it before the write, and were
+/// it to pass, our rebase changes our actions, which the judgement at the write refuses. Another
+/// attempt merges the vectors.
+#[tokio::test]
+async fn an_upsert_behind_a_landed_upsert_of_its_own_fragment_is_not_admitted_at_the_write() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let theirs = stage_upsert(&stale, "a", &[5, 300]).await.expect("stage theirs");
+    let ours = stage_upsert(&stale, "b", &[3, 400]).await.expect("stage ours");
+    let rows = ours.affected_rows.clone().expect("Lance reports the rows an upsert rewrites");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    let first = &report.attempts[0];
+    assert!(first.write.as_ref().and_then(WriteRecord::written).is_none(), "not admitted: {report:?}");
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 2, "no old row brought back beside its new version: {seen:?}");
+    assert!(ids(0..32).iter().chain(&[300, 400]).all(|i| seen.contains(i)), "{seen:?}");
+}
+
+/// An index built on the read version, behind an append: Lance builds the index list from the head
+/// and the transaction alone, so the manifest is admitted. The index covers the fragments it was
+/// built on, not the appended one, and queries through it find the old rows and the new.
+#[tokio::test]
+async fn an_index_created_behind_a_landed_append_is_judged_at_the_write() {
+    let behind = ours_behind(Stage::Append(100..103), Stage::IndexOnV).await;
+    behind.assert_judged_at_the_write(false);
+    let head = latest(&behind.uri).await;
+    let indices = head.load_indices().await.expect("indices");
+    let v_idx = indices.iter().find(|i| i.name == "v_idx").expect("the index landed");
+    let covered: Vec<u32> = v_idx.fragment_bitmap.as_ref().expect("a bitmap").iter().collect();
+    assert_eq!(covered, vec![0, 1, 2, 3], "the fragments it was built on, not the appended one");
+    assert!(indices.iter().any(|i| i.name == "id_idx"), "the sample's index is kept");
+    assert_eq!(count_where(&head, "v = 30").await, 1, "an old row, through the index");
+    assert_eq!(count_where(&head, "v >= 1000").await, 3, "the appended rows, outside the index");
+    assert_eq!(scan_ids(&head).await.1, 32 + 3);
+}
+
+async fn count_where(ds: &Dataset, filter: &str) -> usize {
+    let mut scanner = ds.scan();
+    scanner.filter(filter).expect("filter");
+    let batches: Vec<_> =
+        futures::TryStreamExt::try_collect(scanner.try_into_stream().await.expect("scan")).await.expect("batches");
+    batches.iter().map(|b| b.num_rows()).sum()
 }
 
 #[tokio::test]
