@@ -9,6 +9,8 @@
 //! table's creation.
 //!
 //! Each cell is the median of three runs per way, run in rounds that rotate the ways' order.
+//! "Wasted" round trips are those past the way's own cost of a commit with one writer (N = 1, run
+//! first): what contention cost, the figure issue 12's goal is about.
 //!
 //! The server is moto's (python/.venv, installed by `scripts/setup.sh`), started here on a
 //! loopback port and stopped at the end. Run:
@@ -54,28 +56,42 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
     run(&uri("warm-lance"), Way::Lance, Workload::Append, 2, 3).await.expect("warm-up");
     run(&uri("warm-ours"), Way::Ours, Workload::Append, 2, 3).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | round trips/commit | commits/s vs lance | round trips vs lance |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | round trips/commit | wasted round trips/commit | commits/s vs lance | round trips vs lance | wasted vs lance |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut breakdown = Vec::new();
     for workload in [Workload::Append, Workload::DeleteRows] {
+        let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
+        // Each way's round trips per commit with one writer: what a commit costs when nothing
+        // contends. Past it, a round trip per landed commit is one the contention wasted.
+        let mut alone: Vec<Option<f64>> = vec![None; ways.len()];
         for &n in ns {
-            let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
             let cells = rounds(s3, workload, &ways, n, ops).await;
+            if n == 1 {
+                alone = cells.iter().map(|c| Some(c.round_trips_per_commit)).collect();
+            }
+            let wasted: Vec<Option<f64>> =
+                cells.iter().zip(&alone).map(|(c, a)| a.map(|a| (c.round_trips_per_commit - a).max(0.0))).collect();
             // Ours is compared with the last Lance way: given the affected rows where it takes them.
-            let lance = &cells[cells.len() - 2];
-            for (way, cell) in ways.iter().zip(&cells) {
-                let (tput, trips) = if *way == Way::Ours {
+            let (lance, lance_wasted) = (&cells[cells.len() - 2], wasted[cells.len() - 2]);
+            for ((way, cell), wasted) in ways.iter().zip(&cells).zip(&wasted) {
+                let (tput, trips, waste) = if *way == Way::Ours {
+                    let waste = match (wasted, lance_wasted) {
+                        (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}x", ours / theirs),
+                        _ => "-".into(),
+                    };
                     (
                         format!("{:.2}x", cell.t.commits_per_s / lance.t.commits_per_s),
                         format!("{:.2}x", cell.round_trips_per_commit / lance.round_trips_per_commit),
+                        waste,
                     )
                 } else {
                     Default::default()
                 };
                 let retries = cell.t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+                let wasted = wasted.map(|w| format!("{w:.1}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.2} | {:.2} | {retries} | {:.1} | {tput} | {trips} |",
+                    "| {} | {n} | {} | {:.2} | {:.2} | {retries} | {:.1} | {wasted} | {tput} | {trips} | {waste} |",
                     workload.name(),
                     way.name(),
                     cell.t.commits_per_s,
