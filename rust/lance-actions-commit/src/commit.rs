@@ -325,8 +325,9 @@ impl ActionCommit {
             let mut txn = fixed.ours.clone();
             // Row-level facts matter only against a peer: with none, no vector is merged, and the
             // rows we declare are not trusted by any later reader (`history::trusted`).
-            if !state.log.peers.is_empty() {
-                state.facts.load_more(&latest, &fixed.base, &txn, &state.log.peers).await?;
+            let peers = state.log.peers_through(latest.manifest().version);
+            if !peers.is_empty() {
+                state.facts.load_more(&latest, &fixed.base, &txn, peers).await?;
             }
             let mut entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
             entry.listed = listed;
@@ -532,11 +533,16 @@ impl LoopState {
         // lists instead.
         let crawling = lost.named_by_lance && self.named_by_lance;
         self.named_by_lance = lost.named_by_lance;
-        // A judgement at the write may have read the peers past the version known to exist: they
-        // exist too, and the next attempt stands on no less.
+        // After any other refusal, a judgement at the write may have read the peers past the
+        // version known to exist: they exist too, and the next attempt stands on no less. After a
+        // lost put, an operation judged at the write stands where it stood: Lance's next listing
+        // finds the writers past it (their manifests and transactions are in the session's cache
+        // by then), and the next judgement at the write judges them with the log it already holds.
+        // Standing on the newest of them instead would cost a version lookup (a HEAD request on an
+        // object store) to check it out.
         let reach = self.log.reach();
-        self.next_head =
-            lost.exists.map(|v| v.max(reach)).filter(|_| fixed.inner.stands_on_known_heads(fixed) && !crawling);
+        let stand = |v: u64| if lost.put_lost { v } else { v.max(reach) };
+        self.next_head = lost.exists.map(stand).filter(|_| fixed.inner.stands_on_known_heads(fixed) && !crawling);
     }
 }
 
@@ -558,6 +564,15 @@ impl PeerLog {
         self.read_version + self.committed.len() as u64
     }
 
+    /// The peers committed up to `version` (the log holds consecutive versions from the read
+    /// version on, so they are a prefix).
+    fn peers_through(&self, version: u64) -> &[Peer] {
+        let count = usize::try_from(version.saturating_sub(self.read_version)).unwrap_or(usize::MAX);
+        let peers = &self.peers[..count.min(self.peers.len())];
+        debug_assert!(peers.iter().all(|p| p.version <= version), "a prefix of consecutive versions");
+        peers
+    }
+
     /// `schema` is the read version's (see [`peers_of`]).
     async fn catch_up(&mut self, latest: &Dataset, schema: &lance_core::datatypes::Schema) -> CommitResult<()> {
         self.catch_up_to(latest, latest.manifest().version, schema).await
@@ -572,6 +587,10 @@ impl PeerLog {
         schema: &lance_core::datatypes::Schema,
     ) -> CommitResult<()> {
         let known = self.reach();
+        if known >= head {
+            // Read already, by a judgement at an earlier attempt's write.
+            return Ok(());
+        }
         let new = committed_between(handle, known, head).await?;
         self.peers.extend(peers_of(&new, schema)?);
         self.committed.extend(new);
@@ -622,7 +641,11 @@ async fn judge_attempt(
     if fixed.judged {
         return Ok(judged_by_caller(latest, &state.log, started));
     }
-    let (verdict, checks) = drive(fixed, latest, &state.log.peers, &state.facts, txn).await?;
+    // The log may reach past the head this attempt stands on (a judgement at the write read the
+    // writers Lance listed, then the put was lost): those are judged at this attempt's write, on
+    // the head Lance builds on then.
+    let peers = state.log.peers_through(latest.manifest().version);
+    let (verdict, checks) = drive(fixed, latest, peers, &state.facts, txn).await?;
     Ok(AttemptReport {
         head: latest.manifest().version,
         peers: checks,
@@ -937,6 +960,12 @@ impl JudgeAtWrite {
 
     async fn judge(&self, lent: &mut Lent, built: &Built<'_>) -> CommitResult<AtWriteReport> {
         let head_version = built.head();
+        if lent.log.reach() > head_version {
+            // Lance built on a head older than writers an earlier attempt read: not a build this
+            // judgement can vouch for (versions only grow, so this is never expected).
+            let verdict = head_moved(Some(lent.log.reach()), "the log reaches past the head Lance built on".into());
+            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict, head_read_back: false });
+        }
         lent.log.catch_up_to(&self.judged_at, head_version, &self.fixed.at_read.manifest().schema).await?;
         if let Some(landed) = lent.log.landed(&self.fixed.uuid) {
             // An earlier run of this transaction landed: the loop's next attempt reports it.
@@ -1071,6 +1100,11 @@ impl Rejudge for JudgeAtWrite {
         let Ok(outcome) = self.judge(&mut lent, &built).await else { return false };
         let admitted = outcome.verdict.is_ok();
         lent.outcome = Some(outcome);
+        drop(lent);
+        if admitted {
+            // Tests put a writer here, between the judgement and the manifest put.
+            crate::hooks::point("commit:admitted-at-write", self.judged_at.uri()).await;
+        }
         admitted
     }
 }

@@ -247,6 +247,41 @@ async fn count_where(ds: &Dataset, filter: &str) -> usize {
     batches.iter().map(|b| b.num_rows()).sum()
 }
 
+/// A put lost after the judgement at the write admitted the writer before it: the next attempt
+/// stands where the first stood (checking the newest writer out would cost a version lookup, a
+/// HEAD request on an object store), Lance's listing finds both writers, and the judgement at the
+/// second write reads only the one it had not read. Every row lands once.
+#[tokio::test]
+async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_append(&stale, "ours", &ids(100..103)).await.expect("stage ours").txn;
+    let theirs = stage_append(&stale, "a", &ids(200..202)).await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    // Between our judgement at the write (over v + 1) and our put of v + 2, writer b takes v + 2.
+    let hook_uri = uri.clone();
+    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
+        let head = latest(&hook_uri).await;
+        let b = stage_append(&head, "b", &ids(300..302)).await.expect("stage b").txn;
+        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
+    });
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 3);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    let (first, second) = (&report.attempts[0], &report.attempts[1]);
+    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
+    assert!(first.at_write.as_ref().expect("judged at the first write").verdict.is_ok());
+    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    assert_eq!(report.listings(), 0, "Lance's listings were the only ones");
+    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let at_write = second.at_write.as_ref().expect("judged at the second write");
+    assert_eq!(at_write.head, v + 2, "both writers judged, on the head Lance built on");
+    assert!(at_write.verdict.is_ok());
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 3 + 2 + 2, "every row once");
+    assert!(ids(100..103).iter().chain(&ids(200..202)).chain(&ids(300..302)).all(|i| seen.contains(i)));
+}
+
 #[tokio::test]
 async fn a_caller_that_judged_up_to_its_read_version_still_lists() {
     let (_dir, uri, ds) = sample().await;
