@@ -65,7 +65,8 @@ pub struct AttemptReport {
 pub struct AtWriteReport {
     /// The head Lance's listing reached (the manifest it built is this plus one).
     pub head: u64,
-    /// The checks of the writers after the attempt's head, up to this one.
+    /// The driver's checks of the writers since the read version, up to this head (ours is judged
+    /// against all of them again, on this head).
     pub peers: Vec<PeerCheck>,
     pub verdict: Verdict,
     /// The head was read back from the manifest Lance built, not looked up
@@ -88,7 +89,8 @@ impl CommitReport {
         self.attempts.iter().map(|a| a.checking).sum()
     }
 
-    /// Number of committed peers checked over all attempts (at the write too).
+    /// Number of peer checks over all attempts and judgements at the write (a peer judged again, on
+    /// a newer head, counts again).
     pub fn peers_checked(&self) -> usize {
         self.attempts.iter().map(|a| a.peers.len() + a.at_write.as_ref().map_or(0, |w| w.peers.len())).sum()
     }
@@ -889,7 +891,8 @@ impl std::fmt::Debug for JudgeAtWrite {
 impl JudgeAtWrite {
     /// An append, a delete, an update (an upsert's operation) or an index creation, whose manifest
     /// Lance builds from the head and the transaction alone (the read version enters only the
-    /// MemWAL coverage credit, which an older read version can only make smaller; the
+    /// MemWAL coverage credit, capped at the read version's generation as in Lance's own retries,
+    /// `design/commit.md`; the
     /// transaction's own read version only a data replacement's overlays, and the read version's
     /// schema only a merge's or an overwrite's field ids, none of them eligible), written through
     /// the dataset's own handler, by a loop that judges its peers itself. Whether Lance's rebase

@@ -199,6 +199,28 @@ async fn an_upsert_behind_a_landed_upsert_of_another_fragment_is_judged_at_the_w
     assert!(ids(0..32).iter().chain(&[300, 400]).all(|i| seen.contains(i)), "{seen:?}");
 }
 
+/// Two upserts that insert the same new key (the duplicate-row case): the later one is never
+/// written, at the write or after, and the writer is told to re-read (a Retry); the key is in the
+/// table once.
+#[tokio::test]
+async fn an_upsert_inserting_a_key_a_landed_upsert_inserted_is_never_written() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let theirs = stage_upsert(&stale, "a", &[400]).await.expect("stage theirs");
+    let ours = stage_upsert(&stale, "b", &[400]).await.expect("stage ours");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let refused = stale.action_commit().execute(ours.txn).await;
+    let Err(lance_actions_commit::CommitError::Retry { report, .. }) = refused else {
+        panic!("a second insert of key 400 must be refused with a Retry: {refused:?}");
+    };
+    assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, v + 1, "nothing of ours landed");
+    let (seen, total) = scan_ids(&head).await;
+    assert_eq!(total, 32 + 1, "key 400 once");
+    assert!(seen.contains(&400));
+}
+
 /// An upsert behind an upsert of its own fragment must write the union of both deletion vectors:
 /// its manifest, built on our vector alone, would bring the writer's old row back beside its new
 /// one. It is not written: Lance's own rebase (handed no rows) refuses it before the write, and were
@@ -276,6 +298,7 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
     let at_write = second.at_write.as_ref().expect("judged at the second write");
     assert_eq!(at_write.head, v + 2, "both writers judged, on the head Lance built on");
+    assert_eq!(at_write.peers.len(), 2, "ours judged against both writers on that head: {report:?}");
     assert!(at_write.verdict.is_ok());
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 + 3 + 2 + 2, "every row once");
