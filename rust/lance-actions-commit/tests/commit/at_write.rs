@@ -305,6 +305,36 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     assert!(ids(100..103).iter().chain(&ids(200..202)).chain(&ids(300..302)).all(|i| seen.contains(i)));
 }
 
+/// An upsert whose put was lost after its judgement at the write admitted the writer before it,
+/// while the writer that took the version inserted the upsert's new key: the next attempt judges
+/// that writer (whoever refuses first, Lance's rebase or ours), nothing of ours lands, and the
+/// writer is told to re-read. Every key is in the table once.
+#[tokio::test]
+async fn an_upsert_whose_put_was_lost_to_a_writer_of_its_key_is_refused() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_upsert(&stale, "ours", &[3, 400]).await.expect("stage ours").txn;
+    let theirs = stage_upsert(&stale, "a", &[20, 300]).await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    let hook_uri = uri.clone();
+    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
+        let head = latest(&hook_uri).await;
+        let b = stage_upsert(&head, "b", &[400]).await.expect("stage b").txn;
+        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
+    });
+    let refused = stale.action_commit().execute(ours).await;
+    let Err(lance_actions_commit::CommitError::Retry { report, .. }) = refused else {
+        panic!("key 400, inserted by writer b, must send ours back: {refused:?}");
+    };
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::LostRace), "{report:?}");
+    assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, v + 2, "nothing of ours landed");
+    let (seen, total) = scan_ids(&head).await;
+    assert_eq!(total, 32 + 2, "every key once: {seen:?}");
+    assert!(ids(0..32).iter().chain(&[300, 400]).all(|i| seen.contains(i)), "{seen:?}");
+}
+
 #[tokio::test]
 async fn a_caller_that_judged_up_to_its_read_version_still_lists() {
     let (_dir, uri, ds) = sample().await;
