@@ -261,6 +261,34 @@ async fn an_index_created_behind_a_landed_append_is_judged_at_the_write() {
     assert_eq!(scan_ids(&head).await.1, 32 + 3);
 }
 
+/// Two index builds under one name: the later is never admitted at the write (nor written after);
+/// the head keeps exactly the index that landed first.
+#[tokio::test]
+async fn an_index_created_behind_a_landed_index_of_the_same_name_is_never_written() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let theirs = Stage::IndexOnV.on(&stale, "a").await;
+    let ours = Stage::IndexOnV.on(&stale, "b").await;
+    let Operation::CreateIndex { new_indices, .. } = &theirs.operation else { panic!("an index build") };
+    let landed_uuid = new_indices[0].uuid;
+    stale.action_commit().execute(theirs).await.expect("theirs lands");
+    let refused = stale.action_commit().execute(ours).await;
+    let report = match refused {
+        Err(
+            lance_actions_commit::CommitError::Retry { report, .. }
+            | lance_actions_commit::CommitError::Fail { report, .. },
+        ) => report,
+        other => panic!("a second index named v_idx must be refused: {other:?}"),
+    };
+    assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, v + 1, "nothing of ours landed");
+    let named: Vec<_> =
+        head.load_indices().await.expect("indices").iter().filter(|i| i.name == "v_idx").map(|i| i.uuid).collect();
+    assert_eq!(named, vec![landed_uuid], "the index that landed first, once");
+    assert_eq!(count_where(&head, "v = 30").await, 1);
+}
+
 async fn count_where(ds: &Dataset, filter: &str) -> usize {
     let mut scanner = ds.scan();
     scanner.filter(filter).expect("filter");
