@@ -333,6 +333,36 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     assert!(ids(100..103).iter().chain(&ids(200..202)).chain(&ids(300..302)).all(|i| seen.contains(i)));
 }
 
+/// A delete whose put was lost after its judgement at the write (on the head looked up, with the
+/// deletion facts loaded there) stands where it stood too, and lands at the next write over both
+/// writers. All three deletes hold.
+#[tokio::test]
+async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    // Rows 3, 20 and 28 live in fragments 0, 2 and 3.
+    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours").txn;
+    let theirs = stage_delete(&stale, "a", "id = 20").await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    let hook_uri = uri.clone();
+    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
+        let head = latest(&hook_uri).await;
+        let b = stage_delete(&head, "b", "id = 28").await.expect("stage b").txn;
+        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
+    });
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 3);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    let (first, second) = (&report.attempts[0], &report.attempts[1]);
+    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
+    assert!(!first.at_write.as_ref().expect("judged at the first write").head_read_back, "a delete looks the head up");
+    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 3, "every delete holds, no row back");
+    assert!(![3, 20, 28].iter().any(|i| seen.contains(i)) && seen.contains(&4) && seen.contains(&21));
+}
+
 /// An upsert whose put was lost after its judgement at the write admitted the writer before it,
 /// while the writer that took the version inserted the upsert's new key: the next attempt judges
 /// that writer (whoever refuses first, Lance's rebase or ours), nothing of ours lands, and the
