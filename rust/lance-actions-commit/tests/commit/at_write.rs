@@ -297,6 +297,17 @@ async fn count_where(ds: &Dataset, filter: &str) -> usize {
     batches.iter().map(|b| b.num_rows()).sum()
 }
 
+/// Between our judgement at the write and our manifest put, writer "b" lands `theirs` (staged on
+/// the head then, committed by Lance), taking the version our put asks for.
+fn land_between_judgement_and_put(uri: &str, theirs: Stage) {
+    let hook_uri = uri.to_string();
+    lance_actions_commit::hooks::register("commit:admitted-at-write", uri, move || async move {
+        let head = latest(&hook_uri).await;
+        let b = theirs.on(&head, "b").await;
+        CommitBuilder::new(head).execute(b).await.expect("writer b lands");
+    });
+}
+
 /// A put lost after the judgement at the write admitted the writer before it: the next attempt
 /// stands where the first stood (checking the newest writer out would cost a version lookup, a
 /// HEAD request on an object store), Lance's listing finds both writers, and the judgement at the
@@ -308,13 +319,7 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     let ours = stage_append(&stale, "ours", &ids(100..103)).await.expect("stage ours").txn;
     let theirs = stage_append(&stale, "a", &ids(200..202)).await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    // Between our judgement at the write (over v + 1) and our put of v + 2, writer b takes v + 2.
-    let hook_uri = uri.clone();
-    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
-        let head = latest(&hook_uri).await;
-        let b = stage_append(&head, "b", &ids(300..302)).await.expect("stage b").txn;
-        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
-    });
+    land_between_judgement_and_put(&uri, Stage::Append(300..302));
     let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     assert_eq!(landed.manifest().version, v + 3);
     assert_eq!(report.attempts.len(), 2, "{report:?}");
@@ -344,12 +349,7 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
     let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours").txn;
     let theirs = stage_delete(&stale, "a", "id = 20").await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    let hook_uri = uri.clone();
-    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
-        let head = latest(&hook_uri).await;
-        let b = stage_delete(&head, "b", "id = 28").await.expect("stage b").txn;
-        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
-    });
+    land_between_judgement_and_put(&uri, Stage::Delete("id = 28"));
     let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     assert_eq!(landed.manifest().version, v + 3);
     assert_eq!(report.attempts.len(), 2, "{report:?}");
@@ -374,12 +374,7 @@ async fn an_upsert_whose_put_was_lost_to_a_writer_of_its_key_is_refused() {
     let ours = stage_upsert(&stale, "ours", &[3, 400]).await.expect("stage ours").txn;
     let theirs = stage_upsert(&stale, "a", &[20, 300]).await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    let hook_uri = uri.clone();
-    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
-        let head = latest(&hook_uri).await;
-        let b = stage_upsert(&head, "b", &[400]).await.expect("stage b").txn;
-        CommitBuilder::new(head).execute(b).await.expect("writer b lands v + 2");
-    });
+    land_between_judgement_and_put(&uri, Stage::Upsert(&[400]));
     let refused = stale.action_commit().execute(ours).await;
     let Err(lance_actions_commit::CommitError::Retry { report, .. }) = refused else {
         panic!("key 400, inserted by writer b, must send ours back: {refused:?}");
