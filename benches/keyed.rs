@@ -35,6 +35,7 @@ use lance::dataset::{
 use lance::index::DatasetIndexExt;
 use lance_actions::keys::{InsertedKeys, KeyHashSet};
 use lance_actions::{AnyAction, lift};
+use lance_actions_commit::bench::commit::round_order;
 use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_actions_keyed::key::{KeySpec, hash_key};
 use lance_actions_keyed::{ChunkLimits, KeyedTable};
@@ -429,8 +430,8 @@ fn bench_upserts(root: &Path, quick: bool) {
         let mut hwm = [0u64; 3];
         for round in 0..rounds {
             // Rotate who goes first, so no side always runs right after the same other side.
-            for k in 0..sides.len() {
-                let side = sides[(round + k) % sides.len()];
+            for k in round_order(round, sides.len()) {
+                let side = sides[k];
                 let path = &paths[side as usize];
                 let key_base = 1_000_000_000 * (1 + s as i64) + 10_000 * round as i64;
                 let seed = 1000 * s as u64 + round as u64;
@@ -661,8 +662,8 @@ fn bench_bulk_insert(root: &Path, quick: bool) {
         let mut hwm = vec![Vec::new(); 4];
         let mut file = vec![Vec::new(); 4];
         for run in 0..=runs {
-            for k in 0..sides.len() {
-                let side = sides[(run + k) % sides.len()];
+            for k in round_order(run, sides.len()) {
+                let side = sides[k];
                 let path: PathBuf = root.join(format!("bulk-{}-{run}", side.name()));
                 copy_dir(template(side), &path);
                 let how = if warm { "warm" } else { "fresh" };

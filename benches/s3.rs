@@ -22,7 +22,7 @@
 #[path = "../tests/s3/server.rs"]
 mod server;
 
-use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, run};
+use lance_actions_commit::bench::commit::{Throughput, Way, Workload, create, round_order, run};
 
 const BUCKET: &str = "bench";
 /// Runs per way and cell; the median is reported. Three rounds put each of three ways first once.
@@ -115,8 +115,7 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
 async fn rounds(s3: &server::S3, workload: Workload, ways: &[Way], n: i64, ops: i64) -> Vec<Cell> {
     let mut runs: Vec<Vec<Cell>> = ways.iter().map(|_| Vec::new()).collect();
     for round in 0..ROUNDS {
-        for k in 0..ways.len() {
-            let i = (round + k) % ways.len();
+        for i in round_order(round, ways.len()) {
             runs[i].push(cell(s3, workload, ways[i], n, ops, round).await);
         }
     }

@@ -231,6 +231,24 @@ fn stage_manifest_edits(ds: &Arc<Dataset>) -> Vec<Staged> {
         .collect()
 }
 
+/// A BTree index on `column` named `name`, built on `ds` and staged (not committed): it replaces
+/// an index of that name, as `replace(true)` does.
+pub async fn stage_btree_index(ds: &Arc<Dataset>, column: &str, name: &str) -> Result<Transaction> {
+    let mut d = (**ds).clone();
+    let params = ScalarIndexParams::default();
+    let meta = d
+        .create_index_builder(&[column], IndexType::BTree, &params)
+        .name(name.to_string())
+        .replace(true)
+        .execute_uncommitted()
+        .await
+        .lance("staging an index")?;
+    let removed: Vec<IndexMetadata> =
+        ds.load_indices().await.lance("loading indices")?.iter().filter(|i| i.name == name).cloned().collect();
+    let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: removed };
+    Ok(TransactionBuilder::new(ds.manifest().version, op).build())
+}
+
 /// A keyed upsert (merge-insert on the primary key): Lance attaches its key filter.
 pub async fn stage_upsert(ds: &Arc<Dataset>, variant: &str, ids: &[i64]) -> Result<Staged> {
     let mut builder = MergeInsertBuilder::try_new(ds.clone(), vec!["id".into()]).lance("building a merge-insert")?;

@@ -9,14 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lance::Dataset;
-use lance::dataset::transaction::{Operation, Transaction, TransactionBuilder};
+use lance::dataset::transaction::Transaction;
 use lance::dataset::{
     CommitBuilder, DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode,
     WriteParams,
 };
-use lance::index::DatasetIndexExt;
-use lance_index::IndexType;
-use lance_index::scalar::ScalarIndexParams;
 use lance_select::RowAddrTreeMap;
 
 use super::{BenchError, BenchResult, lance_err};
@@ -167,19 +164,8 @@ async fn stage_upsert(ds: &Arc<Dataset>, present: i64, new: i64) -> BenchResult<
 }
 
 async fn stage_index(ds: &Arc<Dataset>, w: i64) -> BenchResult<Staged> {
-    let mut d = (**ds).clone();
-    let params = ScalarIndexParams::default();
-    let meta = d
-        .create_index_builder(&["v"], IndexType::BTree, &params)
-        .name(format!("v_idx_{w}"))
-        .replace(true)
-        .execute_uncommitted()
-        .await
-        .map_err(lance_err("staging an index"))?;
-    let indices = ds.load_indices().await.map_err(lance_err("loading indices"))?;
-    let removed: Vec<_> = indices.iter().filter(|i| i.name == meta.name).cloned().collect();
-    let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: removed };
-    Ok(Staged { txn: TransactionBuilder::new(ds.manifest().version, op).build(), rows: None })
+    let txn = crate::scenario::stage_btree_index(ds, "v", &format!("v_idx_{w}")).await?;
+    Ok(Staged { txn, rows: None })
 }
 
 /// Writer `w`'s `k`-th write of `workload`, staged on `ds`.
@@ -317,8 +303,7 @@ pub async fn compare(
     let repeats = repeats.max(1);
     let mut runs: Vec<Vec<Throughput>> = vec![Vec::new(); ways.len()];
     for round in 0..repeats {
-        for k in 0..ways.len() {
-            let i = (round + k) % ways.len();
+        for i in round_order(round, ways.len()) {
             let uri = format!("{dir}/{}-{}-{writers}-{round}", workload.name(), ways[i].name());
             let measured = run(&uri, ways[i], workload, writers, commits).await;
             // The table goes whether or not the run completed; the run's error comes first.
@@ -328,6 +313,12 @@ pub async fn compare(
         }
     }
     Ok(runs.into_iter().map(median_throughput).collect())
+}
+
+/// The order in which round `round` runs `count` ways (indices): rotated by the round, so over
+/// `count` rounds each way runs first once and none always runs right after the same other.
+pub fn round_order(round: usize, count: usize) -> impl Iterator<Item = usize> {
+    (0..count).map(move |k| (round + k) % count)
 }
 
 /// The run of median throughput (single runs on a shared machine vary by tens of percent).

@@ -7,14 +7,12 @@ use std::sync::Arc;
 
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
-use lance::dataset::transaction::{Operation, Transaction, TransactionBuilder};
+use lance::dataset::transaction::{Operation, Transaction};
 use lance::index::DatasetIndexExt;
 use lance_actions_commit::expect_version::WriteRecord;
 use lance_actions_commit::history::cached_transaction;
-use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete, stage_upsert};
+use lance_actions_commit::scenario::{create_sample, stage_append, stage_btree_index, stage_delete, stage_upsert};
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
-use lance_index::IndexType;
-use lance_index::scalar::ScalarIndexParams;
 
 use crate::support::{latest, scan_ids};
 
@@ -46,14 +44,7 @@ impl Stage {
             Stage::Append(range) => stage_append(ds, variant, &ids(range)).await.expect("stage an append").txn,
             Stage::Delete(predicate) => stage_delete(ds, variant, predicate).await.expect("stage a delete").txn,
             Stage::Upsert(keys) => stage_upsert(ds, variant, keys).await.expect("stage an upsert").txn,
-            Stage::IndexOnV => {
-                let mut d = (**ds).clone();
-                let params = ScalarIndexParams::default();
-                let builder = d.create_index_builder(&["v"], IndexType::BTree, &params);
-                let meta = builder.name("v_idx".into()).execute_uncommitted().await.expect("stage an index");
-                let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: Vec::new() };
-                TransactionBuilder::new(ds.manifest().version, op).build()
-            }
+            Stage::IndexOnV => stage_btree_index(ds, "v", "v_idx").await.expect("stage an index"),
         }
     }
 }

@@ -22,14 +22,11 @@ use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance::dataset::{
     DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
 };
-use lance::index::DatasetIndexExt;
 use lance::session::Session;
 use lance_actions::Reason;
 use lance_actions_commit::history::actions_of;
-use lance_actions_commit::scenario::batch;
+use lance_actions_commit::scenario::{batch, stage_btree_index};
 use lance_actions_commit::{CommitError, DatasetActionsExt};
-use lance_index::IndexType;
-use lance_index::scalar::ScalarIndexParams;
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -209,16 +206,7 @@ async fn stage(
             };
             Some((TransactionBuilder::new(ds.manifest().version, op).build(), None))
         }
-        Op::Index => {
-            let mut d = (**ds).clone();
-            let params = ScalarIndexParams::default();
-            let builder = d.create_index_builder(&["v"], IndexType::BTree, &params);
-            let meta = builder.name("v_idx".into()).replace(true).execute_uncommitted().await.expect("stage index");
-            let removed: Vec<_> =
-                ds.load_indices().await.expect("indices").iter().filter(|i| i.name == "v_idx").cloned().collect();
-            let op = Operation::CreateIndex { new_indices: vec![meta], removed_indices: removed };
-            Some((TransactionBuilder::new(ds.manifest().version, op).build(), None))
-        }
+        Op::Index => Some((stage_btree_index(ds, "v", "v_idx").await.expect("stage index"), None)),
         Op::Compact => {
             // A foreign writer: Lance's own compaction, committed by Lance, not by our driver.
             let mut d = (**ds).clone();
