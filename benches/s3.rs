@@ -15,7 +15,7 @@
 //! The server is moto's (python/.venv, installed by `scripts/setup.sh`), started here on a
 //! loopback port and stopped at the end. Run:
 //! `cargo bench -p lance-actions-benches --bench s3` (`-- --ops K` commits per writer, default 10;
-//! `-- --quick`: N = 1 and 4).
+//! `-- --quick`: N = 1 and 4; `-- --only append|delete-rows`: one workload).
 
 // The tests' server, relay and all; the fault controls (stop, restart) go unused here.
 #[allow(dead_code)]
@@ -32,6 +32,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let ops = args.iter().position(|a| a == "--ops").and_then(|i| args.get(i + 1)).and_then(|k| k.parse().ok());
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).and_then(|w| Workload::parse(w));
     let s3 = server::S3::start().expect("start the S3 server (run ./scripts/setup.sh first)");
     s3.create_bucket(BUCKET).expect("create the bench bucket");
     for (key, value) in s3.env() {
@@ -40,7 +41,7 @@ fn main() {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
     let ns: &[i64] = if quick { &[1, 4] } else { &[1, 2, 4, 8] };
-    runtime.block_on(measure(&s3, ns, ops.unwrap_or(10)));
+    runtime.block_on(measure(&s3, ns, ops.unwrap_or(10), only));
 }
 
 /// One cell: throughput and the server's responses per landed commit.
@@ -51,7 +52,7 @@ struct Cell {
     by_kind: String,
 }
 
-async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
+async fn measure(s3: &server::S3, ns: &[i64], ops: i64, only: Option<Workload>) {
     // Warm the clients, Lance's session caches and moto itself before anything is measured.
     run(&uri("warm-lance"), Way::Lance, Workload::Append, 2, 3).await.expect("warm-up");
     run(&uri("warm-ours"), Way::Ours, Workload::Append, 2, 3).await.expect("warm-up");
@@ -60,7 +61,8 @@ async fn measure(s3: &server::S3, ns: &[i64], ops: i64) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut breakdown = Vec::new();
-    for workload in [Workload::Append, Workload::DeleteRows] {
+    let workloads = [Workload::Append, Workload::DeleteRows];
+    for workload in workloads.into_iter().filter(|w| only.is_none_or(|o| o == *w)) {
         let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
         // Each way's round trips per commit with one writer: what a commit costs when nothing
         // contends. Past it, a round trip per landed commit is one the contention wasted.

@@ -776,17 +776,21 @@ async fn write_attempt(
         .transaction_properties(Some(Arc::new(props)))
         .build();
     let mut handler = ExpectVersion::new(fixed.inner.handler.clone(), head + 1);
-    let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, state) } else { None };
+    // A delete judged at the write hands Lance its rows, so that Lance's rebase merges its vectors
+    // with a writer's instead of refusing; the judgement checks the merge (`JudgeAtWrite`).
+    let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
+    let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state) } else { None };
+    let rows = rows.filter(|_| judge.is_some());
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());
     }
     let handler = Arc::new(handler);
     crate::crash::point("before-lance-commit");
-    let result = CommitBuilder::new(latest.clone())
-        .with_commit_handler(handler.clone())
-        .with_max_retries(0)
-        .execute(lance_txn)
-        .await;
+    let mut builder = CommitBuilder::new(latest.clone()).with_commit_handler(handler.clone()).with_max_retries(0);
+    if let Some(rows) = rows {
+        builder = builder.with_affected_rows(rows);
+    }
+    let result = builder.execute(lance_txn).await;
     if let Some(judge) = judge {
         entry.at_write = judge.give_back(state).await.map(Box::new);
     }
@@ -850,6 +854,24 @@ async fn write_attempt(
     }
 }
 
+/// The rows a delete hands Lance's rebase (`CommitBuilder::with_affected_rows`): every vector
+/// change's rows, when each is known. Lance then merges a vector a writer in between changed
+/// (the head's vector with our rows added) rather than refusing. Only a delete's: an update's rows
+/// moved out carry values Lance's merge does not look at.
+fn rows_for_lance(txn: &ActionTxn, op: &lance::dataset::transaction::Operation) -> Option<RowAddrTreeMap> {
+    if !matches!(op, lance::dataset::transaction::Operation::Delete { .. }) {
+        return None;
+    }
+    let mut rows = RowAddrTreeMap::new();
+    let mut any = false;
+    for action in &txn.actions {
+        let AnyAction::UpdateDeletionVector(u) = action else { continue };
+        rows.insert_bitmap(u32::try_from(u.fragment.id).ok()?, u.affected_rows.clone()?);
+        any = true;
+    }
+    any.then_some(rows)
+}
+
 /// Our driver, lent to the manifest write (`design/commit.md`, "Judged at the write").
 ///
 /// When writers land between our head and Lance's pre-write listing, Lance rebases our operation
@@ -869,6 +891,9 @@ struct JudgeAtWrite {
     lowered: ActionTxn,
     /// The transaction we handed Lance, as Lance encodes it.
     handed: lance_table::format::pb::Transaction,
+    /// Lance was handed our delete's rows ([`rows_for_lance`]), so its rebase may have merged a
+    /// vector of ours with a writer's.
+    rows_handed: bool,
     /// For an append, the first data file of each fragment it adds: how our fragments are told
     /// apart in the manifest Lance builds ([`JudgeAtWrite::head_read_back`]).
     appended_files: Option<HashSet<String>>,
@@ -915,6 +940,7 @@ impl JudgeAtWrite {
         latest: &Arc<Dataset>,
         lowered: ActionTxn,
         handed: &Transaction,
+        rows_handed: bool,
         state: &mut LoopState,
     ) -> Option<Arc<Self>> {
         // `None` also when a fragment has no data file (then none of ours can be told apart), and
@@ -939,6 +965,7 @@ impl JudgeAtWrite {
             judged_at: latest.clone(),
             lowered,
             handed,
+            rows_handed,
             appended_files,
             lent: tokio::sync::Mutex::new(lent),
         }))
@@ -953,12 +980,111 @@ impl JudgeAtWrite {
         lent.outcome.take()
     }
 
-    /// Is `transaction` (Lance's rebase of ours) exactly what we handed Lance, read version aside?
+    /// Is `transaction` (Lance's rebase of ours) exactly what we handed Lance, read version aside,
+    /// and, for a delete handed its rows, the deletion files of its fragments aside? Those are
+    /// checked in the manifest Lance built ([`JudgeAtWrite::deletions_as_ours_would_be`]).
     fn unchanged_by_lance(&self, transaction: Option<&lance_table::format::Transaction>) -> bool {
+        use lance_table::format::pb::transaction::Operation as Pb;
         let Some(theirs) = transaction else { return false };
         let mut theirs = theirs.inner.clone();
         theirs.read_version = self.handed.read_version;
+        if self.rows_handed
+            && let (Some(Pb::Delete(t)), Some(Pb::Delete(h))) = (&mut theirs.operation, &self.handed.operation)
+            && t.updated_fragments.len() == h.updated_fragments.len()
+        {
+            for (t, h) in t.updated_fragments.iter_mut().zip(&h.updated_fragments) {
+                t.deletion_file.clone_from(&h.deletion_file);
+            }
+        }
         theirs == self.handed
+    }
+
+    /// Does the manifest Lance built hold, in every fragment our actions change the deletion
+    /// vector of, what our next attempt would write there on the same head? `rebased` is our driver's
+    /// rebase on that head (`head`), of which every action but a deletion-vector change must be as
+    /// lowered.
+    /// * A vector our rebase leaves alone: as lowered, and the built manifest names our file.
+    /// * A vector our rebase marks for union with the head's: our next attempt would write the
+    ///   head's vector with our rows added. Either Lance's rebase merged it (handed our rows, it
+    ///   writes the head's vector with them added, at the head's version: a new file holding the
+    ///   head's count plus ours, which are disjoint from the head's as our rebase proved), or it
+    ///   kept ours, which is then the union this attempt wrote on its own head, and no writer since
+    ///   changed the fragment's vector (the head's file is the attempt head's).
+    ///
+    /// Debug builds on a local table read the merged file back and compare its rows.
+    async fn deletions_as_ours_would_be(
+        &self,
+        rebased: &ActionTxn,
+        head: &lance_actions::TableState,
+        built: &lance_table::format::Manifest,
+    ) -> bool {
+        if rebased.actions.len() != self.lowered.actions.len() || rebased.context != self.lowered.context {
+            return false;
+        }
+        for (r, l) in rebased.actions.iter().zip(&self.lowered.actions) {
+            let (AnyAction::UpdateDeletionVector(r), AnyAction::UpdateDeletionVector(l)) = (r, l) else {
+                if r != l {
+                    return false;
+                }
+                continue;
+            };
+            let Some(written) = built.fragments.iter().find(|f| f.id == l.fragment.id) else { return false };
+            let written = written.deletion_file.as_ref();
+            if !r.merge_with_head {
+                if r != l || written != l.fragment.deletion_file.as_ref() {
+                    return false;
+                }
+                continue;
+            }
+            let (Some(rows), Some(head_fragment)) = (r.affected_rows.as_ref(), head.fragment(r.fragment.id)) else {
+                return false;
+            };
+            if r.fragment.id != l.fragment.id || l.affected_rows.as_ref() != Some(rows) {
+                return false;
+            }
+            let head_count = match &head_fragment.deletion_file {
+                None => Some(0),
+                Some(d) => d.num_deleted_rows,
+            };
+            let Some(written) = written else { return false };
+            if written.num_deleted_rows != head_count.map(|n| n + rows.len() as usize) {
+                return false;
+            }
+            let kept_ours = Some(written) == l.fragment.deletion_file.as_ref();
+            let merged_by_lance = !kept_ours && written.read_version == head.version;
+            let attempt_head = self.judged_at.manifest().fragments.iter().find(|f| f.id == l.fragment.id);
+            let unchanged_since_attempt = attempt_head.is_some_and(|f| f.deletion_file == head_fragment.deletion_file);
+            if !(merged_by_lance || kept_ours && unchanged_since_attempt) {
+                return false;
+            }
+            if merged_by_lance && !self.debug_check_merged(head_fragment, written, rows).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Debug builds on a local table: the file Lance's rebase merged holds the head's deleted rows
+    /// and ours, exactly. True otherwise.
+    async fn debug_check_merged(
+        &self,
+        head_fragment: &lance_table::format::Fragment,
+        written: &lance_table::format::DeletionFile,
+        rows: &roaring::RoaringBitmap,
+    ) -> bool {
+        if !cfg!(debug_assertions) || !self.judged_at.object_store(None).await.is_ok_and(|s| s.is_local()) {
+            return true;
+        }
+        let mut merged = head_fragment.clone();
+        merged.deletion_file = Some(written.clone());
+        let (Ok(head_rows), Ok(merged_rows)) = (
+            crate::deletions::read_deleted_rows(&self.judged_at, head_fragment).await,
+            crate::deletions::read_deleted_rows(&self.judged_at, &merged).await,
+        ) else {
+            return false;
+        };
+        debug_assert_eq!(merged_rows, head_rows | rows, "Lance's merged vector is the head's with our rows");
+        true
     }
 
     async fn judge(&self, lent: &mut Lent, built: &Built<'_>) -> CommitResult<AtWriteReport> {
@@ -995,7 +1121,10 @@ impl JudgeAtWrite {
         };
         lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers).await?;
         let (mut verdict, peers) = drive_on(&self.fixed, Some(&head_state), &lent.log.peers, &lent.facts, &mut txn);
-        if verdict.is_ok() && txn != self.lowered {
+        if verdict.is_ok()
+            && txn != self.lowered
+            && !self.deletions_as_ours_would_be(&txn, &head_state, built.manifest).await
+        {
             // Ours would be lowered differently on this head: the next attempt does that.
             verdict = head_moved(
                 Some(head_version),

@@ -7,8 +7,9 @@
 //! for the rebase's union IO after the verdict.
 //!
 //! The rebase asks for the rows a fragment's deletion file deletes ([`RebaseFacts`]). Which files
-//! matter is known from the actions alone (every deletion-vector change and the base fragment it
-//! started from), so they are read up front, concurrently, and served from memory.
+//! matter is known from the actions alone (every deletion-vector change but those a later one of
+//! the same fragment supersedes, and the base fragment it started from), so they are read up
+//! front, concurrently, and served from memory.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::fragment::FileFragment;
+use lance_actions::actions::update_deletion_vector::UpdateDeletionVector;
 use lance_actions::{Action, ActionTxn, AnyAction, ManifestPath, Peer, RebaseFacts, TableState};
 use lance_table::format::Fragment;
 use roaring::RoaringBitmap;
@@ -80,10 +82,20 @@ impl RebaseFacts for DeletionFacts {
     }
 }
 
-fn vector_changes(txn: &ActionTxn) -> impl Iterator<Item = &Fragment> {
+fn vector_changes(txn: &ActionTxn) -> impl Iterator<Item = &UpdateDeletionVector> {
     txn.actions.iter().filter_map(|a| match a {
-        AnyAction::UpdateDeletionVector(u) => Some(&u.fragment),
+        AnyAction::UpdateDeletionVector(u) => Some(u),
         _ => None,
+    })
+}
+
+/// The peers' vector changes whose rows a rebase may compare: a vector superseded by a later one
+/// of its fragment is judged through the later one and never read
+/// ([`UpdateDeletionVector::superseded`]).
+fn compared_peer_changes(peers: &[Peer]) -> impl Iterator<Item = &UpdateDeletionVector> {
+    peers.iter().flat_map(move |peer| {
+        vector_changes(&peer.txn)
+            .filter(move |u| !UpdateDeletionVector::superseded(peers, peer.version, peer.txn.context.shell, u))
     })
 }
 
@@ -101,8 +113,9 @@ fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
 }
 
 impl DeletionFacts {
-    /// Read the deletion vectors that row-level rebase may compare: every vector change (ours or a
-    /// peer's) on a fragment our transaction touches, plus the base version of each such fragment.
+    /// Read the deletion vectors that row-level rebase may compare: every vector change of ours and
+    /// every one of a peer that is not superseded, on a fragment our transaction touches, plus the
+    /// base version of each such fragment.
     pub async fn load(dataset: &Arc<Dataset>, base: &TableState, ours: &ActionTxn, peers: &[Peer]) -> Result<Self> {
         let mut facts = Self::default();
         facts.load_more(dataset, base, ours, peers).await?;
@@ -119,7 +132,8 @@ impl DeletionFacts {
     ) -> Result<()> {
         let ours_ids = touched_fragments(ours);
         let mut wanted: Vec<Fragment> = Vec::new();
-        for fragment in vector_changes(ours).chain(peers.iter().flat_map(|p| vector_changes(&p.txn))) {
+        for change in vector_changes(ours).chain(compared_peer_changes(peers)) {
+            let fragment = &change.fragment;
             if ours_ids.contains(&fragment.id) {
                 wanted.push(fragment.clone());
                 if let Some(b) = base.fragment(fragment.id) {

@@ -77,6 +77,9 @@ pub struct RebaseCx<'a> {
     /// The table at the latest version, when the caller knows it: an action whose effect is already
     /// in place there (a key migration's steps replayed onto a migrated branch) can see so.
     pub head: Option<&'a TableState>,
+    /// Every peer of this resolution, in commit order: a rebase may rest a check on a later peer's
+    /// (a deletion vector superseded by a later one of the same fragment).
+    pub peers: &'a [crate::driver::Peer],
 }
 
 /// One committed peer action whose writes overlap ours, with the overlapping paths.

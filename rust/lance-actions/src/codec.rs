@@ -151,7 +151,36 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
         let only_op: Vec<_> = theirs.difference(&ours).take(3).cloned().collect();
         return Err(mismatch(format!("the list touches {only_list:?}, the operation {only_op:?}")));
     }
+    let mut txn = txn;
+    vectors_as_committed(&mut txn, operation).map_err(mismatch)?;
     Ok(txn)
+}
+
+/// Each deletion-vector change names the fragment the operation committed, deletion file included:
+/// the operation is what the table holds. Lance's rebase of a delete handed its rows
+/// (`CommitBuilder::with_affected_rows`) merges the vector with a writer's and commits the merged
+/// file, after the list riding on the transaction was written (`design/commit.md`, "Judged at the
+/// write"). The coordinates compared above already match, fragment by fragment.
+fn vectors_as_committed(
+    txn: &mut ActionTxn,
+    operation: &lance_table::transaction::Operation,
+) -> std::result::Result<(), String> {
+    use lance_table::transaction::Operation;
+    let committed = match operation {
+        Operation::Delete { updated_fragments, .. } | Operation::Update { updated_fragments, .. } => updated_fragments,
+        _ => return Ok(()),
+    };
+    for action in txn.actions.iter_mut() {
+        let AnyAction::UpdateDeletionVector(u) = action else { continue };
+        let Some(fragment) = committed.iter().find(|f| f.id == u.fragment.id) else {
+            return Err(format!(
+                "the list changes the deletion vector of fragment {}, the operation does not",
+                u.fragment.id
+            ));
+        };
+        u.fragment = fragment.clone();
+    }
+    Ok(())
 }
 
 /// The kinds of a transaction's actions, with their counts.

@@ -233,6 +233,7 @@ fn judge_peer_by_action(txn: &mut ActionTxn, prepared: &Prepared, inputs: &Input
         index_edits: &prepared.index_edits,
         facts: inputs.facts,
         head: inputs.head,
+        peers: inputs.peers,
     };
     let mut overlapping_pairs = 0;
     for ((action, ours_mask), ours_screen) in txn.actions.iter_mut().zip(&prepared.masks).zip(&prepared.screens) {

@@ -292,7 +292,7 @@ fn single_rebase(
     if peers.is_empty() {
         return None;
     }
-    let cx = RebaseCx { base, ours: ours_cx, index_edits: &our_edits, facts: &NoFacts, head: None };
+    let cx = RebaseCx { base, ours: ours_cx, index_edits: &our_edits, facts: &NoFacts, head: None, peers: &[] };
     Some(a.clone().rebase(&cx, &peers))
 }
 

@@ -413,11 +413,12 @@ async fn racing_appends_from_a_stale_handle_each_land_once() {
 }
 
 /// Lance's rebase names the first writer it refused, not the newest version it listed. A delete
-/// staged before five writers deleted other rows of its fragment must not crawl one version per
-/// attempt (standing on each named writer in turn): the second refusal in a row lists, and the
-/// third attempt judges all five and merges their vectors.
+/// staged before five writers deleted other rows of its fragment, its rows not given: Lance refuses
+/// it (no rows), and the second attempt stands on the writer Lance named, judges it, merges its
+/// vector and hands Lance the rows it now knows; Lance's rebase merges the other four writers'
+/// vectors, and the judgement at the write admits that merge (`JudgeAtWrite::deletions_as_ours_would_be`).
 #[tokio::test]
-async fn a_delete_behind_many_deletes_of_its_fragment_reaches_the_head_in_three_attempts() {
+async fn a_delete_behind_many_deletes_of_its_fragment_is_merged_by_lance_in_its_second_attempt() {
     let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     let ours = Stage::Delete("id = 3").on(&stale, "ours").await;
@@ -428,12 +429,86 @@ async fn a_delete_behind_many_deletes_of_its_fragment_reaches_the_head_in_three_
     }
     let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     assert_eq!(landed.manifest().version, v + 6);
-    assert_eq!(report.attempts.len(), 3, "{report:?}");
-    assert_eq!(report.listings(), 1, "one listing, after the second refusal: {report:?}");
-    assert_eq!((report.attempts[2].head, report.attempts[2].peers.len()), (v + 5, 5));
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_eq!(report.listings(), 0, "Lance's listings were the only ones: {report:?}");
+    assert_eq!((report.attempts[1].head, report.attempts[1].peers.len()), (v + 1, 1), "stood on the named writer");
+    assert_eq!(report.attempts[1].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 6 }));
+    let at_write = report.attempts[1].at_write.as_ref().expect("judged at the write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 5, 5));
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 6, "every delete holds: no row resurrected");
     assert!([0, 1, 2, 3, 4, 5].iter().all(|id| !seen.contains(id)) && seen.contains(&6));
+}
+
+/// The deletion file a landed commit holds for fragment 0, and the one its decoded action list names.
+async fn vector_held_and_named(uri: &str, version: u64) -> (Option<u64>, Option<u64>) {
+    let ds = latest(uri).await.checkout_version(version).await.expect("the landed version");
+    let held = ds.manifest().fragments.iter().find(|f| f.id == 0).and_then(|f| f.deletion_file.as_ref()).map(|d| d.id);
+    let txn = ds.read_transaction().await.expect("read").expect("a transaction");
+    let decoded = lance_actions_commit::history::actions_of(&txn).expect("our list decodes");
+    let named = decoded.actions.iter().find_map(|a| match a {
+        lance_actions::AnyAction::UpdateDeletionVector(u) if u.fragment.id == 0 => {
+            u.fragment.deletion_file.as_ref().map(|d| d.id)
+        }
+        _ => None,
+    });
+    (held, named)
+}
+
+/// A delete given its rows (as Lance's `DeleteBuilder` reports them), behind two writers that
+/// deleted other rows of its fragment: Lance's rebase, handed the rows, merges the head's vector
+/// with ours, and our judgement at the write admits it; one attempt, no listing of ours. The
+/// landed version's action list, decoded, names the merged file the table holds (not the file
+/// ours staged), and a later delete judged against it, in a fresh session, finds every row.
+#[tokio::test]
+async fn a_delete_given_its_rows_behind_deletes_of_its_fragment_is_merged_by_lance_at_the_write() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours");
+    for (i, id) in [1, 2].into_iter().enumerate() {
+        let head = latest(&uri).await;
+        let theirs = stage_delete(&head, &format!("w{i}"), &format!("id = {id}")).await.expect("stage theirs");
+        head.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    }
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("lands");
+    assert_eq!(landed.manifest().version, v + 3);
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+    assert_eq!(report.listings(), 0, "Lance's listing was the only one");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let (held, named) = vector_held_and_named(&uri, v + 3).await;
+    assert!(held.is_some() && held == named, "the list names the file the table holds: {held:?} vs {named:?}");
+    // Staged behind ours, in a fresh session: ours is the newest writer of its fragment it judges.
+    let behind = Arc::new(latest(&uri).await.checkout_version(v + 2).await.expect("a handle behind ours"));
+    let later = stage_delete(&behind, "later", "id = 4").await.expect("stage a later delete");
+    let (_, later_report) = behind.action_commit().execute(later.txn).await.expect("the later delete lands");
+    assert_eq!(later_report.peers_checked(), 1, "ours was judged as a writer: {later_report:?}");
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 4, "all four deletes hold: {seen:?}");
+    assert!([1, 2, 3, 4].iter().all(|id| !seen.contains(id)) && seen.contains(&5));
+}
+
+/// A delete given its rows, behind a writer that deleted one of them: Lance's rebase, handed the
+/// rows, refuses the overlap itself, our next attempt refuses it with a Retry (the writer would
+/// be told it deleted a row already gone), and nothing of ours is written.
+#[tokio::test]
+async fn a_delete_given_its_rows_behind_a_delete_of_one_of_them_is_never_written() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_delete(&stale, "ours", "id IN (2, 3)").await.expect("stage ours");
+    let theirs = stage_delete(&stale, "theirs", "id = 3").await.expect("stage theirs");
+    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let refused = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await;
+    let Err(lance_actions_commit::CommitError::Retry { report, .. }) = refused else {
+        panic!("row 3 is gone already: a Retry, not {refused:?}");
+    };
+    assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, v + 1, "nothing of ours written");
+    let (seen, total) = scan_ids(&head).await;
+    assert_eq!(total, 31);
+    assert!(seen.contains(&2) && !seen.contains(&3));
 }
 
 /// Writers that land from handles of their own (other sessions, as other processes) are loaded by

@@ -13,7 +13,7 @@ use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{DataReplacementGroup, Operation, TransactionBuilder};
 use lance_actions::{ActionTxn, OperationKind, codec, lift};
-use lance_actions_commit::scenario::{create_sample, stage_append, stage_delete};
+use lance_actions_commit::scenario::{Staged, create_sample, stage_append, stage_delete};
 use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_io::object_store::ObjectStore;
 use lance_select::RowAddrTreeMap;
@@ -348,4 +348,76 @@ async fn an_action_list_copied_onto_another_operation_is_refused() {
         other => panic!("expected PeerActions(ActionsMismatch), got {other}"),
     }
     assert_eq!(latest(&uri).await.manifest().version, head, "nothing was written");
+}
+
+/// Commit three pure deletes of fragment 0 with plain Lance, each staged on the head the one before
+/// it made (so each vector holds the ones before it), then remove every deletion file but `keep`:
+/// the earlier writers' vectors, which no version from the third on reads. Returns the head.
+async fn three_deletes_then_only_the_newest_vector(uri: &str, ours: &Staged) -> Arc<Dataset> {
+    for predicate in ["id = 2", "id = 3", "id = 4"] {
+        let head = latest(uri).await;
+        let peer = stage_delete(&head, "peer", predicate).await.expect("stage a peer");
+        CommitBuilder::new(head).execute(peer.txn).await.expect("a peer commits");
+    }
+    let head = latest(uri).await;
+    let file_of = |fragments: &[lance_table::format::Fragment]| {
+        let fragment = fragments.iter().find(|f| f.id == 0).expect("fragment 0");
+        let file = fragment.deletion_file.as_ref().expect("a deletion file");
+        lance_table::io::deletion::relative_deletion_file_path(0, file)
+    };
+    let Operation::Delete { updated_fragments, .. } = &ours.txn.operation else { panic!("a delete") };
+    let keep = [file_of(&head.manifest().fragments), file_of(updated_fragments)];
+    let dir = std::path::Path::new(uri).join("_deletions");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&dir).expect("the deletions directory") {
+        let path = entry.expect("an entry").path();
+        let relative = format!("_deletions/{}", path.file_name().and_then(|n| n.to_str()).expect("a name"));
+        if !keep.contains(&relative) {
+            std::fs::remove_file(&path).expect("remove an earlier vector");
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 2, "the first two writers' vectors are gone; the newest and ours stay");
+    head
+}
+
+/// A delete behind three pure deletes of its fragment is judged through the newest writer's
+/// deletion vector alone (`UpdateDeletionVector::superseded`): with the earlier writers' files
+/// gone from disk, ours still lands in one attempt, and all four deletes hold.
+#[tokio::test]
+async fn a_delete_behind_deletes_of_its_fragment_reads_only_the_newest_vector() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let ds = create_sample(&uri).await.expect("sample");
+    let ours = stage_delete(&ds, "ours", "id = 1").await.expect("stage ours");
+    // Committed through a handle on the head, so that the first attempt judges all three writers.
+    let head = three_deletes_then_only_the_newest_vector(&uri, &ours).await;
+    let (landed, report) = head.action_commit().execute(ours.txn).await.expect("row-disjoint: lands");
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {:?}", report.attempts);
+    assert_eq!(report.attempts[0].peers.len(), 3, "all three writers judged");
+    let (ids, total) = scan_ids(&landed).await;
+    assert!([1, 2, 3, 4].iter().all(|id| !ids.contains(id)), "rows 1 to 4 are all gone: {ids:?}");
+    assert_eq!(total, 28);
+}
+
+/// The newest vector holds the earlier writers' rows: a delete of a row the first writer deleted is
+/// refused with a Retry (its count would be wrong), though that writer's own file is gone, and
+/// nothing is written.
+#[tokio::test]
+async fn a_delete_of_a_row_an_earlier_writer_deleted_is_found_in_the_newest_vector() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let ds = create_sample(&uri).await.expect("sample");
+    let ours = stage_delete(&ds, "ours", "id IN (1, 2)").await.expect("stage ours");
+    let head = three_deletes_then_only_the_newest_vector(&uri, &ours).await;
+    let refused = head.action_commit().execute(ours.txn).await;
+    let Err(CommitError::Retry { reason, .. }) = refused else {
+        panic!("row 2 was deleted by the first writer: a Retry, not {refused:?}");
+    };
+    assert_eq!(reason.peer_version, Some(head.manifest().version), "blamed on the newest vector's writer");
+    let now = latest(&uri).await;
+    assert_eq!(now.manifest().version, head.manifest().version, "nothing written");
+    let (ids, total) = scan_ids(&now).await;
+    assert!(ids.contains(&1), "our row 1 is still there");
+    assert_eq!(total, 29);
 }

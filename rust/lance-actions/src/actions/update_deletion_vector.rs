@@ -14,6 +14,7 @@ use roaring::RoaringBitmap;
 
 use crate::action::{Action, ActionKind, AnyAction, PeerAction, RebaseCx, RebaseFacts, fold_verdicts, invalid};
 use crate::context::TxnContext;
+use crate::driver::Peer;
 use crate::path::{FragmentScope, ManifestPath, Mask};
 use crate::state::TableState;
 use crate::verdict::{Reason, Rule, Verdict};
@@ -53,6 +54,33 @@ impl UpdateDeletionVector {
         Some(after - before)
     }
 
+    /// Is a committed vector's row check left to a later peer's? Yes for a pure delete's vector,
+    /// read from its file, of a fragment that a later peer of the same resolution gave a vector
+    /// read from its file too (`design/commit.md`, "Only the newest deletion vector"):
+    /// * The later vector, less the base's, is what the fragment lost since our read version as of
+    ///   the later commit; checking ours against it checks ours against the fragment's deletions at
+    ///   the head, which is what serializing ours after the head needs. A row an earlier vector
+    ///   deleted and the later one does not is live at the head, where deleting it is what running
+    ///   ours again would do.
+    /// * Only pure deletes are passed over: a row an update moved out must stay told apart (delete
+    ///   vs update diverge, see [`Self::deletions_converge`]); the later vector's writer then takes
+    ///   the blame for every overlap, so a convergence is granted only if it is a pure delete too.
+    /// * Declared rows hold only their writer's own deletions, not the fragment's: never passed
+    ///   over, nor relied on.
+    ///
+    /// The commit layer reads no file for a superseded vector.
+    pub fn superseded(peers: &[Peer], version: u64, shell: OperationKind, theirs: &UpdateDeletionVector) -> bool {
+        let id = theirs.fragment.id;
+        let later_vector = |peer: &Peer| {
+            peer.txn.actions.iter().any(
+                |a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.fragment.id == id && u.affected_rows.is_none()),
+            )
+        };
+        shell == OperationKind::Delete
+            && theirs.affected_rows.is_none()
+            && peers.iter().filter(|p| p.version > version).any(later_vector)
+    }
+
     fn rebase_against_vector(
         &mut self,
         cx: &RebaseCx<'_>,
@@ -62,6 +90,11 @@ impl UpdateDeletionVector {
         const K: ActionKind = ActionKind::UpdateDeletionVector;
         if theirs.fragment.files != self.fragment.files {
             return peer.retry(K, Rule::DataFilesChanged, "the committed change also rewrote data files");
+        }
+        if Self::superseded(cx.peers, peer.version, peer.context.shell, theirs) {
+            // Checked against the later vector, which holds these deletions too.
+            self.merge_with_head = true;
+            return Verdict::Ok;
         }
         let base = cx.base.fragment(self.fragment.id);
         let ours = Self::rows_deleted(self.affected_rows.as_ref(), &self.fragment, base, cx.facts);
@@ -89,7 +122,6 @@ impl UpdateDeletionVector {
     /// Retry: it re-reads and reports what it really deleted. A row deleted on one side and moved
     /// out by an update on the other is a real divergence (delete vs update) and stays a conflict.
     fn deletions_converge(cx: &RebaseCx<'_>, peer: &PeerAction<'_>) -> bool {
-        use crate::context::OperationKind;
         !cx.ours.replay_origins.is_empty()
             && cx.ours.shell == OperationKind::Delete
             && peer.context.shell == OperationKind::Delete
@@ -257,6 +289,81 @@ mod tests {
         let update_vs =
             judge(&deletes(OperationKind::Update, &[4], true), &deletes(OperationKind::Delete, &[4], false));
         assert_eq!(update_vs.0, "retry", "update vs delete is a divergence");
+    }
+
+    /// Deletion files by id: the rows each deletes. A file not held is unknown (never read).
+    struct Files(Vec<(u64, Vec<u32>)>);
+
+    impl RebaseFacts for Files {
+        fn deleted_rows(&self, fragment: &Fragment) -> Option<RoaringBitmap> {
+            let Some(file) = &fragment.deletion_file else { return Some(RoaringBitmap::new()) };
+            self.0.iter().find(|(id, _)| *id == file.id).map(|(_, rows)| rows.iter().copied().collect())
+        }
+    }
+
+    /// A committed change of fragment 1 to deletion file `file`, its rows read from the file.
+    fn vector(shell: OperationKind, file: u64) -> ActionTxn {
+        let mut fragment = Fragment::new(1);
+        fragment.deletion_file = Some(lance_table::format::DeletionFile {
+            read_version: file,
+            id: file,
+            file_type: lance_table::format::DeletionFileType::Bitmap,
+            num_deleted_rows: None,
+            base_id: None,
+        });
+        ActionTxn::new(shell, vec![UpdateDeletionVector::new(fragment, None).into()])
+    }
+
+    /// Ours (declared rows, checked) judged against committed vectors of fragment 1, the i-th at
+    /// version i + 2, with only `files` readable: the verdict label and the rows left ours.
+    fn judge_chain(ours: &ActionTxn, chain: &[ActionTxn], files: Files) -> (&'static str, Option<RoaringBitmap>) {
+        let mut base =
+            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        base.fragments.insert(1, Fragment::new(1));
+        let peers: Vec<Peer> = chain.iter().enumerate().map(|(i, t)| Peer::new(i as u64 + 2, t.clone())).collect();
+        let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &files });
+        let rows = match &r.txn.actions[0] {
+            AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
+            _ => None,
+        };
+        (r.verdict.label(), rows)
+    }
+
+    #[test]
+    fn a_pure_delete_followed_by_another_vector_of_its_fragment_is_judged_through_the_later_one() {
+        let chain = [vector(OperationKind::Delete, 10), vector(OperationKind::Delete, 11)];
+        // Only the newest file (which holds the earlier writer's row 2 and its own row 3) is read.
+        let newest_only = || Files(vec![(11, vec![2, 3])]);
+        let (verdict, rows) = judge_chain(&deletes(OperationKind::Delete, &[5], false), &chain, newest_only());
+        assert_eq!((verdict, rows), ("ok", Some([5].into_iter().collect())), "disjoint rows: ours lands as is");
+        let (verdict, _) = judge_chain(&deletes(OperationKind::Delete, &[2], false), &chain, newest_only());
+        assert_eq!(verdict, "retry", "the earlier writer's row is found in the newest vector");
+        let (verdict, rows) = judge_chain(&deletes(OperationKind::Delete, &[2, 5], true), &chain, newest_only());
+        assert_eq!((verdict, rows), ("ok", Some([5].into_iter().collect())), "a replay converges on both deletes");
+    }
+
+    #[test]
+    fn a_vector_that_is_newest_moved_by_an_update_or_declared_is_still_read() {
+        let unknown_first = || Files(vec![(11, vec![2, 3])]);
+        let ours = deletes(OperationKind::Delete, &[5], false);
+        // The last vector of the fragment is read: nothing later holds its rows.
+        let alone = [vector(OperationKind::Delete, 11), vector(OperationKind::Delete, 10)];
+        assert_eq!(judge_chain(&ours, &alone, unknown_first()).0, "retry", "the newest vector must be read");
+        // An update's vector is read though a later one exists: a row it moved out is not a deletion.
+        let update_first = [vector(OperationKind::Update, 10), vector(OperationKind::Delete, 11)];
+        assert_eq!(judge_chain(&ours, &update_first, unknown_first()).0, "retry", "the update's vector must be read");
+        // A later vector with declared rows holds only its writer's rows, not the fragment's.
+        let mut declared = vector(OperationKind::Delete, 11);
+        if let AnyAction::UpdateDeletionVector(u) = &mut declared.actions[0] {
+            u.affected_rows = Some([3].into_iter().collect());
+        }
+        let declared_last = [vector(OperationKind::Delete, 10), declared];
+        assert_eq!(judge_chain(&ours, &declared_last, unknown_first()).0, "retry", "the earlier vector must be read");
+        // The rows each of these reads: with the file known, the same chains land.
+        let every = || Files(vec![(10, vec![2]), (11, vec![2, 3])]);
+        for chain in [&alone[..], &update_first[..], &declared_last[..]] {
+            assert_eq!(judge_chain(&ours, chain, every()).0, "ok", "with every file read, disjoint rows land");
+        }
     }
 }
 
