@@ -3,7 +3,8 @@
 //! listing, manifest read or transaction read of our own: `design/commit.md`, "One listing per
 //! attempt: Lance's"). Counted at the relay in front of the server (`server::S3::requests_by_kind`),
 //! on twin tables, for an append and for a delete given its affected rows. Behind writers, an append
-//! judged at the write costs one request more than Lance's own commit: the head's version lookup.
+//! judged at the write makes exactly Lance's requests, and a delete behind writers of its fragment
+//! two more (the head's lookup and its own staged deletion file).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -138,5 +139,68 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
     expected.insert(100, 100);
     let (found, total) = scan(&Dataset::open(&uri).await.expect("reopen")).await;
     assert_eq!((total, found), (expected.len(), expected), "{name}: the committed data");
+    spent
+}
+
+/// Three writers delete other rows of fragment 0 (through handles and sessions of their own) after
+/// ours was staged; ours, given its rows, then commits from its stale handle, as does Lance's
+/// `CommitBuilder` given the same rows on a twin table. Both land in one attempt: Lance's rebase
+/// merges the newest writer's vector with our rows, and ours judges that merge at the write
+/// (`design/commit.md`, "Judged at the write"), reading of the writers' vectors only the newest
+/// ("Only the newest deletion vector"), which Lance's rebase has just read into the session's
+/// cache. Ours makes two requests more than Lance: the head's lookup (a delete's head is looked up,
+/// not read back) and our own staged deletion file, read to check the rows given against it.
+pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs(cx: &Ctx<'_>) {
+    const WRITERS: i64 = 3;
+    let lance = delete_behind_deletes(cx, "delete-behind-lance", Way::Lance, WRITERS).await;
+    let ours = delete_behind_deletes(cx, "delete-behind-ours", Way::Ours, WRITERS).await;
+    let extra = crate::server::requests_minus(&ours, &lance);
+    let missing = crate::server::requests_minus(&lance, &ours);
+    println!("    behind {WRITERS} deletes of its fragment: Lance {lance:?}; ours more {extra:?}, fewer {missing:?}");
+    assert!(missing.is_empty(), "ours skipped requests Lance made: {missing:?} (ours {ours:?}, Lance {lance:?})");
+    let expected_extra: BTreeMap<String, u64> =
+        [("GET deletion".to_string(), 1), ("HEAD manifest".to_string(), 1)].into();
+    assert_eq!(
+        extra, expected_extra,
+        "ours made other requests than Lance's plus the head and our own file: {ours:?} vs {lance:?}"
+    );
+}
+
+async fn delete_behind_deletes(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTreeMap<String, u64> {
+    let (uri, base) = sample_table(cx, name).await;
+    let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+    let staged = DeleteBuilder::new(stale.clone(), "id = 7").execute_uncommitted().await.expect("stage ours");
+    let rows_given = staged.affected_rows.clone().expect("Lance reports the rows");
+    let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
+    for w in 0..writers {
+        let other = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+        DeleteBuilder::new(other, format!("id = {w}")).execute().await.expect("a writer in between");
+        expected.remove(&w);
+    }
+    let before = cx.s3.requests_by_kind();
+    let landed = match way {
+        Way::Lance => CommitBuilder::new(stale.clone())
+            .with_affected_rows(rows_given)
+            .execute(staged.transaction)
+            .await
+            .expect("Lance's commit"),
+        Way::Ours => {
+            let (landed, report) = stale
+                .action_commit()
+                .with_affected_rows(rows_given)
+                .execute(staged.transaction)
+                .await
+                .expect("our commit");
+            assert_eq!(report.attempts.len(), 1, "{name}: judged at the write, one attempt: {report:?}");
+            let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+            assert_eq!(at_write.peers.len() as i64, writers, "{name}: every writer in between judged");
+            landed
+        }
+    };
+    let spent = cx.s3.requests_since(&before);
+    assert_eq!(landed.manifest().version, 2 + writers as u64, "{name}: landed past the writers");
+    expected.remove(&7);
+    let (found, total) = scan(&Dataset::open(&uri).await.expect("reopen")).await;
+    assert_eq!((total, found), (expected.len(), expected), "{name}: every delete holds");
     spent
 }
