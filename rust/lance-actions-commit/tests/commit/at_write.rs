@@ -280,6 +280,42 @@ async fn an_index_created_behind_a_landed_index_of_the_same_name_is_never_writte
     assert_eq!(count_where(&head, "v = 30").await, 1);
 }
 
+/// An index built on the read version, behind a compaction that rewrote every fragment it covers:
+/// its fragments are gone at the head. Lance's own rebase refuses the first attempt before any
+/// write; the next judges the compaction and refuses it (a Retry: the index must be built again),
+/// and nothing is written. The head keeps the compacted fragment and no `v_idx`; every row is
+/// still found.
+#[tokio::test]
+async fn an_index_created_behind_a_compaction_of_its_fragments_is_never_written() {
+    use lance::dataset::optimize::{CompactionOptions, compact_files};
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = Stage::IndexOnV.on(&stale, "ours").await;
+    let mut other = Dataset::open(&uri).await.expect("open");
+    let options = CompactionOptions { target_rows_per_fragment: 1_000, ..Default::default() };
+    let metrics = compact_files(&mut other, options, None).await.expect("a compaction lands");
+    assert_eq!(metrics.fragments_removed, 4, "every fragment the index covers is rewritten");
+    // Lance's compaction reserves the new fragments' ids, then rewrites: two versions.
+    let compacted = other.manifest().version;
+    assert_eq!(compacted, v + 2);
+    let outcome = stale.action_commit().execute(ours).await;
+    let Err(lance_actions_commit::CommitError::Retry { reason, report }) = outcome else {
+        panic!("an index over rewritten fragments must be refused with a Retry: {outcome:?}");
+    };
+    assert_eq!(reason.rule, lance_actions::Rule::FragmentGone, "{reason:?}");
+    assert_eq!(reason.peer_version, Some(compacted), "blamed on the rewrite");
+    assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
+    let head = latest(&uri).await;
+    assert_eq!(head.manifest().version, compacted, "nothing of ours landed");
+    assert!(
+        head.load_indices().await.expect("indices").iter().all(|i| i.name != "v_idx"),
+        "no index over gone fragments"
+    );
+    assert_eq!(head.manifest().fragments.len(), 1, "the compacted table");
+    assert_eq!(count_where(&head, "v = 30").await, 1);
+    assert_eq!(scan_ids(&head).await.1, 32);
+}
+
 async fn count_where(ds: &Dataset, filter: &str) -> usize {
     let mut scanner = ds.scan();
     scanner.filter(filter).expect("filter");
@@ -352,6 +388,60 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 3, "every delete holds, no row back");
     assert!(![3, 20, 28].iter().any(|i| seen.contains(i)) && seen.contains(&4) && seen.contains(&21));
+}
+
+/// A delete given its rows, behind a writer of its own fragment: Lance merges the vectors and the
+/// judgement at the write admits the merge, but the put is lost to a third writer of the fragment.
+/// The next attempt stands where the first stood; Lance's next rebase merges the newer head's
+/// vector with our rows, and that is admitted. All three deletes hold: the lost merge left no row
+/// out.
+#[tokio::test]
+async fn a_delete_whose_merged_put_was_lost_lands_merged_over_both_writers() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    // Rows 1, 2 and 3 all live in fragment 0.
+    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours");
+    let theirs = stage_delete(&stale, "a", "id = 1").await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    land_between_judgement_and_put(&uri, Stage::Delete("id = 2"));
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 3);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    let (first, second) = (&report.attempts[0], &report.attempts[1]);
+    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
+    assert!(first.at_write.as_ref().expect("judged at the first write").verdict.is_ok());
+    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 3, "every delete holds, no row back: {seen:?}");
+    assert!(![1, 2, 3].iter().any(|i| seen.contains(i)) && seen.contains(&4));
+}
+
+/// An index creation whose put was lost after its judgement at the write (behind an append,
+/// admitted): the next attempt stands where it stood and is admitted over both appends. The index
+/// covers the fragments it was built on, and queries find every row.
+#[tokio::test]
+async fn an_index_creation_whose_put_was_lost_after_its_judgement_lands_over_both_writers() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = Stage::IndexOnV.on(&stale, "ours").await;
+    let theirs = stage_append(&stale, "a", &ids(200..202)).await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    land_between_judgement_and_put(&uri, Stage::Append(300..302));
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 3);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::LostRace), "{report:?}");
+    assert_eq!(report.attempts[1].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let head = latest(&uri).await;
+    let indices = head.load_indices().await.expect("indices");
+    let v_idx = indices.iter().find(|i| i.name == "v_idx").expect("the index landed");
+    let covered: Vec<u32> = v_idx.fragment_bitmap.as_ref().expect("a bitmap").iter().collect();
+    assert_eq!(covered, vec![0, 1, 2, 3], "the fragments it was built on");
+    assert_eq!(count_where(&head, "v = 30").await, 1, "an old row, through the index");
+    assert_eq!(count_where(&head, "v >= 1000").await, 4, "both appends' rows, outside the index");
+    assert_eq!(scan_ids(&head).await.1, 32 + 4);
 }
 
 /// An upsert whose put was lost after its judgement at the write admitted the writer before it,
