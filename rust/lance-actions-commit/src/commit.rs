@@ -1121,8 +1121,10 @@ impl JudgeAtWrite {
         };
         lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers).await?;
         let (mut verdict, peers) = drive_on(&self.fixed, Some(&head_state), &lent.log.peers, &lent.facts, &mut txn);
+        // With our rows handed, Lance's rebase may have rewritten a vector: the manifest is checked
+        // even when our own rebase changed nothing.
         if verdict.is_ok()
-            && txn != self.lowered
+            && (self.rows_handed || txn != self.lowered)
             && !self.deletions_as_ours_would_be(&txn, &head_state, built.manifest).await
         {
             // Ours would be lowered differently on this head: the next attempt does that.
@@ -1442,7 +1444,14 @@ async fn merge_deletion_vectors(
                 )))
             })?;
         let committed = facts.rows_of(latest, &head_fragment).await?;
-        let ours = u.affected_rows.clone().unwrap_or_default();
+        // A vector marked for union without our rows would write the head's alone and lose ours:
+        // the rebase never marks one so (it retries when our rows are unknown); refuse if it did.
+        let Some(ours) = u.affected_rows.clone() else {
+            return Err(lance_err("merging deletion vectors")(lance::Error::invalid_input(format!(
+                "the deletion vector of fragment {} is marked for union but its rows are unknown",
+                u.fragment.id
+            ))));
+        };
         let union: RoaringBitmap = committed | ours;
         let file = write_deletion_file(&base_path, u.fragment.id, head, &DeletionVector::from(union), &store)
             .await

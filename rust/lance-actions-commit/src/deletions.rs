@@ -89,13 +89,19 @@ fn vector_changes(txn: &ActionTxn) -> impl Iterator<Item = &UpdateDeletionVector
     })
 }
 
-/// The peers' vector changes whose rows a rebase may compare: a vector superseded by a later one
-/// of its fragment is judged through the later one and never read
-/// ([`UpdateDeletionVector::superseded`]).
-fn compared_peer_changes(peers: &[Peer]) -> impl Iterator<Item = &UpdateDeletionVector> {
+/// The peers' vector changes of fragments in `ours` whose rows a rebase may compare: a vector
+/// superseded by the next one of its fragment is judged through that one and never read
+/// ([`UpdateDeletionVector::superseded`]). Fragments are filtered first: only ours cost the scan
+/// of later peers.
+fn compared_peer_changes<'a>(
+    peers: &'a [Peer],
+    ours: &'a BTreeSet<u64>,
+) -> impl Iterator<Item = &'a UpdateDeletionVector> + 'a {
     peers.iter().flat_map(move |peer| {
-        vector_changes(&peer.txn)
-            .filter(move |u| !UpdateDeletionVector::superseded(peers, peer.version, peer.txn.context.shell, u))
+        vector_changes(&peer.txn).filter(move |u| {
+            ours.contains(&u.fragment.id)
+                && !UpdateDeletionVector::superseded(peers, peer.version, peer.txn.context.shell, u)
+        })
     })
 }
 
@@ -132,7 +138,7 @@ impl DeletionFacts {
     ) -> Result<()> {
         let ours_ids = touched_fragments(ours);
         let mut wanted: Vec<Fragment> = Vec::new();
-        for change in vector_changes(ours).chain(compared_peer_changes(peers)) {
+        for change in vector_changes(ours).chain(compared_peer_changes(peers, &ours_ids)) {
             let fragment = &change.fragment;
             if ours_ids.contains(&fragment.id) {
                 wanted.push(fragment.clone());

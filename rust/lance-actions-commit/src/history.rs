@@ -120,7 +120,7 @@ pub fn peers_of(committed: &[(u64, Transaction)], schema: &Schema) -> Result<Vec
         .map(|(version, txn)| {
             let mut actions = actions_of(txn).map_err(|source| Error::PeerActions { version: *version, source })?;
             actions.fill_nested_fields(schema);
-            Ok(Peer::new(*version, trusted(actions)))
+            Ok(Peer::new(*version, trusted(actions)).built_on(txn.read_version))
         })
         .collect()
 }

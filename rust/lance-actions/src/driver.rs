@@ -24,6 +24,10 @@ use crate::verdict::{Reason, Rule, Verdict};
 pub struct Peer {
     pub version: u64,
     pub txn: ActionTxn,
+    /// The version the committed transaction was built on (its read version as committed), when
+    /// known. Lance records the head its commit built on; a peer that was never committed (a
+    /// what-if) or whose history is not at hand has none.
+    pub built_on: Option<u64>,
     writes: Vec<Mask>,
     index_edits: IndexEdits,
     screens: Vec<PeerScreen>,
@@ -35,7 +39,13 @@ impl Peer {
         let writes: Vec<Mask> = txn.actions.iter().map(Action::writes).collect();
         let index_edits = IndexEdits::of(&txn.actions);
         let (screens, whole) = screen::peer_screens(&txn.actions, &writes);
-        Self { version, txn, writes, index_edits, screens, whole }
+        Self { version, txn, built_on: None, writes, index_edits, screens, whole }
+    }
+
+    /// This peer, known to have been built on version `read_version`.
+    pub fn built_on(mut self, read_version: u64) -> Self {
+        self.built_on = Some(read_version);
+        self
     }
 }
 

@@ -162,8 +162,9 @@ async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_wr
 }
 
 /// A writer that deleted other rows of our fragment changes what our delete must write (the union
-/// of both vectors): never admitted at the write, whose manifest would carry our vector alone and
-/// resurrect the writer's row. The next attempt merges the vectors.
+/// of both vectors). Ours, its rows not given, hands Lance none: Lance refuses it before the write
+/// (a manifest carrying our vector alone would resurrect the writer's row), and the next attempt
+/// merges the vectors.
 #[tokio::test]
 async fn a_delete_behind_a_landed_delete_of_its_own_fragment_is_merged_by_another_attempt() {
     let behind = ours_behind(Stage::Delete("id = 5"), Stage::Delete("id = 3")).await;
@@ -561,13 +562,24 @@ async fn a_delete_given_its_rows_behind_deletes_of_its_fragment_is_merged_by_lan
         head.action_commit().execute(theirs.txn).await.expect("theirs lands");
     }
     let rows = ours.affected_rows.expect("Lance reports the rows");
+    let Operation::Delete { updated_fragments, .. } = &ours.txn.operation else { panic!("a delete") };
+    let staged_file = updated_fragments[0].deletion_file.as_ref().map(|d| d.id);
     let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("lands");
     assert_eq!(landed.manifest().version, v + 3);
     assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
     assert_eq!(report.listings(), 0, "Lance's listing was the only one");
     assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
     let (held, named) = vector_held_and_named(&uri, v + 3).await;
-    assert!(held.is_some() && held == named, "the list names the file the table holds: {held:?} vs {named:?}");
+    assert!(held.is_some() && held != staged_file, "Lance merged: the table holds a new file, not ours");
+    assert!(held == named, "the list names the file the table holds: {held:?} vs {named:?}");
+    // Staged before all three, judged on the head: a delete of the first writer's row is found in
+    // our merged vector (the last of the run), not let through as if ours held row 3 alone.
+    let again = stage_delete(&stale, "again", "id = 1").await.expect("stage a delete of row 1");
+    let refused = latest(&uri).await.action_commit().execute(again.txn).await;
+    let Err(lance_actions_commit::CommitError::Retry { reason, .. }) = refused else {
+        panic!("row 1 is gone already: a Retry, not {refused:?}");
+    };
+    assert_eq!(reason.peer_version, Some(v + 3), "blamed on the merged vector: {reason:?}");
     // Staged behind ours, in a fresh session: ours is the newest writer of its fragment it judges.
     let behind = Arc::new(latest(&uri).await.checkout_version(v + 2).await.expect("a handle behind ours"));
     let later = stage_delete(&behind, "later", "id = 4").await.expect("stage a later delete");
@@ -576,6 +588,69 @@ async fn a_delete_given_its_rows_behind_deletes_of_its_fragment_is_merged_by_lan
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 4, "all four deletes hold: {seen:?}");
     assert!([1, 2, 3, 4].iter().all(|id| !seen.contains(id)) && seen.contains(&5));
+}
+
+/// A delete given its rows over two fragments, behind a writer of one of them: Lance merges that
+/// fragment's vector and leaves the other as ours staged it; the judgement at the write admits
+/// both in one attempt. Every delete holds.
+#[tokio::test]
+async fn a_delete_of_two_fragments_behind_a_writer_of_one_is_merged_there_and_kept_as_staged_in_the_other() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    // Row 3 lives in fragment 0, row 12 in fragment 1, row 1 in fragment 0.
+    let ours = stage_delete(&stale, "ours", "id IN (3, 12)").await.expect("stage ours");
+    let theirs = stage_delete(&stale, "a", "id = 1").await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "{report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 3, "{seen:?}");
+    assert!(![1, 3, 12].iter().any(|i| seen.contains(i)) && seen.contains(&2) && seen.contains(&13));
+}
+
+/// A delete given its rows, behind an upsert that moved another row of its fragment out (Lance's
+/// Update): Lance merges the vectors, and our rebase, finding the rows disjoint, admits the merge.
+/// The deleted row is gone and the upserted key is there once, with its new version.
+#[tokio::test]
+async fn a_delete_given_its_rows_behind_an_upsert_of_its_fragment_is_merged_at_the_write() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours");
+    let theirs = stage_upsert(&stale, "a", &[2]).await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("the upsert lands v + 1");
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "{report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 1, "key 2 once, row 3 gone: {seen:?}");
+    assert!(!seen.contains(&3) && seen.contains(&2));
+}
+
+/// A delete given its rows, behind a writer that deleted every other row of its fragment: Lance's
+/// merge finds the fragment wholly deleted and removes it instead, which changes the operation, so
+/// the judgement at the write refuses it; the next attempt merges the vectors itself and lands.
+/// No row of the fragment is left, and no other row is lost.
+#[tokio::test]
+async fn a_delete_that_empties_its_fragment_behind_a_writer_lands_by_another_attempt() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    // Fragment 0 holds ids 0 to 7.
+    let ours = stage_delete(&stale, "ours", "id = 7").await.expect("stage ours");
+    let theirs = stage_delete(&stale, "a", "id < 7").await.expect("stage a").txn;
+    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::Refused { asked: v + 2 }), "{report:?}");
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 8, "the whole fragment is gone, nothing else: {seen:?}");
+    assert!((0..8).all(|i| !seen.contains(&i)) && (8..32).all(|i| seen.contains(&i)));
 }
 
 /// A delete given its rows, behind a writer that deleted one of them: Lance's rebase, handed the

@@ -55,30 +55,38 @@ impl UpdateDeletionVector {
     }
 
     /// Is a committed vector's row check left to a later peer's? Yes for a pure delete's vector,
-    /// read from its file, of a fragment that a later peer of the same resolution gave a vector
-    /// read from its file too (`design/commit.md`, "Only the newest deletion vector"):
-    /// * The later vector, less the base's, is what the fragment lost since our read version as of
-    ///   the later commit; checking ours against it checks ours against the fragment's deletions at
-    ///   the head, which is what serializing ours after the head needs. A row an earlier vector
-    ///   deleted and the later one does not is live at the head, where deleting it is what running
-    ///   ours again would do.
-    /// * Only pure deletes are passed over: a row an update moved out must stay told apart (delete
-    ///   vs update diverge, see [`Self::deletions_converge`]); the later vector's writer then takes
-    ///   the blame for every overlap, so a convergence is granted only if it is a pure delete too.
-    /// * Declared rows hold only their writer's own deletions, not the fragment's: never passed
-    ///   over, nor relied on.
+    /// read from its file, when the next vector of the same fragment among the peers of this
+    /// resolution is a pure delete's read from its file too, built on this one's version or later
+    /// (`design/commit.md`, "Only the newest deletion vector"):
+    /// * Built on it, the next vector holds this one's deletions (Lance's rebase, or ours, writes a
+    ///   vector a writer changed as the head's with its rows added), so checking ours against the
+    ///   last of a run of such deletes, less the base's vector, checks ours against the run. A row
+    ///   a vector deleted and a later one does not is live at the head, where deleting it is what
+    ///   running ours again would do.
+    /// * Only runs of pure deletes are passed over: a row an update moved out must stay told apart
+    ///   (delete vs update diverge, see [`Self::deletions_converge`]), and the run's last writer,
+    ///   which takes the blame for the run's rows, is a pure delete too, so a replay's convergence
+    ///   is granted exactly as writer by writer.
+    /// * Declared rows hold only their writer's deletions, not the fragment's: never passed over,
+    ///   nor relied on. A peer whose build is not known (a what-if, never committed) supersedes
+    ///   nothing.
     ///
     /// The commit layer reads no file for a superseded vector.
     pub fn superseded(peers: &[Peer], version: u64, shell: OperationKind, theirs: &UpdateDeletionVector) -> bool {
-        let id = theirs.fragment.id;
-        let later_vector = |peer: &Peer| {
-            peer.txn.actions.iter().any(
-                |a| matches!(a, AnyAction::UpdateDeletionVector(u) if u.fragment.id == id && u.affected_rows.is_none()),
-            )
+        let pure = |shell: OperationKind, u: &UpdateDeletionVector| {
+            shell == OperationKind::Delete && u.affected_rows.is_none()
         };
-        shell == OperationKind::Delete
-            && theirs.affected_rows.is_none()
-            && peers.iter().filter(|p| p.version > version).any(later_vector)
+        if !pure(shell, theirs) {
+            return false;
+        }
+        let id = theirs.fragment.id;
+        let next = peers.iter().filter(|p| p.version > version).find_map(|p| {
+            p.txn.actions.iter().find_map(|a| match a {
+                AnyAction::UpdateDeletionVector(u) if u.fragment.id == id => Some((p, u)),
+                _ => None,
+            })
+        });
+        next.is_some_and(|(p, u)| pure(p.txn.context.shell, u) && p.built_on.is_some_and(|b| b >= version))
     }
 
     fn rebase_against_vector(
@@ -91,13 +99,18 @@ impl UpdateDeletionVector {
         if theirs.fragment.files != self.fragment.files {
             return peer.retry(K, Rule::DataFilesChanged, "the committed change also rewrote data files");
         }
+        let base = cx.base.fragment(self.fragment.id);
+        let ours = Self::rows_deleted(self.affected_rows.as_ref(), &self.fragment, base, cx.facts);
         if Self::superseded(cx.peers, peer.version, peer.context.shell, theirs) {
-            // Checked against the later vector, which holds these deletions too.
+            // Checked against the next vector, which holds these deletions too; ours must still be
+            // known, for the union to carry them.
+            let Some(ours) = ours else {
+                return peer.retry(K, Rule::RowsUnknown, "the rows we delete are unknown");
+            };
+            self.affected_rows = Some(ours);
             self.merge_with_head = true;
             return Verdict::Ok;
         }
-        let base = cx.base.fragment(self.fragment.id);
-        let ours = Self::rows_deleted(self.affected_rows.as_ref(), &self.fragment, base, cx.facts);
         let committed = Self::rows_deleted(theirs.affected_rows.as_ref(), &theirs.fragment, base, cx.facts);
         let (Some(ours), Some(committed)) = (ours, committed) else {
             return peer.retry(K, Rule::RowsUnknown, "deleted rows of one side are unknown");
@@ -320,7 +333,9 @@ mod tests {
         let mut base =
             TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
         base.fragments.insert(1, Fragment::new(1));
-        let peers: Vec<Peer> = chain.iter().enumerate().map(|(i, t)| Peer::new(i as u64 + 2, t.clone())).collect();
+        // Each committed on the one before it, as a committed history is.
+        let peers: Vec<Peer> =
+            chain.iter().enumerate().map(|(i, t)| Peer::new(i as u64 + 2, t.clone()).built_on(i as u64 + 1)).collect();
         let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &files });
         let rows = match &r.txn.actions[0] {
             AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
@@ -359,11 +374,51 @@ mod tests {
         }
         let declared_last = [vector(OperationKind::Delete, 10), declared];
         assert_eq!(judge_chain(&ours, &declared_last, unknown_first()).0, "retry", "the earlier vector must be read");
+        // An update between two deletes: the first is read (its next vector is the update's).
+        let update_between =
+            [vector(OperationKind::Delete, 12), vector(OperationKind::Update, 10), vector(OperationKind::Delete, 11)];
+        assert_eq!(judge_chain(&ours, &update_between, unknown_first()).0, "retry", "the first delete must be read");
         // The rows each of these reads: with the file known, the same chains land.
-        let every = || Files(vec![(10, vec![2]), (11, vec![2, 3])]);
-        for chain in [&alone[..], &update_first[..], &declared_last[..]] {
+        let every = || Files(vec![(10, vec![2]), (11, vec![2, 3]), (12, vec![])]);
+        for chain in [&alone[..], &update_first[..], &declared_last[..], &update_between[..]] {
             assert_eq!(judge_chain(&ours, chain, every()).0, "ok", "with every file read, disjoint rows land");
         }
+    }
+
+    /// A later vector supersedes only when it was committed on the earlier one: vectors never
+    /// committed (what-ifs) or built on an older version hold their own rows alone.
+    #[test]
+    fn a_vector_not_built_on_the_earlier_one_supersedes_nothing() {
+        let mut base =
+            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
+        base.fragments.insert(1, Fragment::new(1));
+        let ours = deletes(OperationKind::Delete, &[2], false);
+        // Both staged on the base (version 1): the second file holds only its own row 3.
+        let files = || Files(vec![(10, vec![2]), (11, vec![3])]);
+        let (first, second) = (vector(OperationKind::Delete, 10), vector(OperationKind::Delete, 11));
+        for peers in [
+            vec![Peer::new(2, first.clone()), Peer::new(3, second.clone())],
+            vec![Peer::new(2, first.clone()).built_on(1), Peer::new(3, second.clone()).built_on(1)],
+        ] {
+            let r = resolve(&ours, &Inputs { base: &base, head: None, peers: &peers, facts: &files() });
+            assert_eq!(r.verdict.label(), "retry", "the first writer's row 2 is found in its own file");
+        }
+    }
+
+    /// A replay converges on a run of deletes before an update of the fragment exactly as writer by
+    /// writer; and a superseded vector never lets ours through with its own rows unknown.
+    #[test]
+    fn a_replay_converges_before_an_update_and_unknown_rows_of_ours_retry() {
+        let chain = [vector(OperationKind::Delete, 10), vector(OperationKind::Update, 11)];
+        let files = Files(vec![(10, vec![2]), (11, vec![2, 7])]);
+        let (verdict, rows) = judge_chain(&deletes(OperationKind::Delete, &[2, 5], true), &chain, files);
+        assert_eq!((verdict, rows), ("ok", Some([5].into_iter().collect())), "converged on the delete's row 2");
+        // Ours with no declared rows and its own file unknown: a Retry, never a union without rows.
+        let mut unknown_ours = vector(OperationKind::Delete, 20);
+        unknown_ours.context.replay_origins.clear();
+        let run = [vector(OperationKind::Delete, 10), vector(OperationKind::Delete, 11)];
+        let (verdict, _) = judge_chain(&unknown_ours, &run, Files(vec![(11, vec![2, 3])]));
+        assert_eq!(verdict, "retry", "our own rows unknown");
     }
 }
 
