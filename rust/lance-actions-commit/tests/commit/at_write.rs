@@ -336,6 +336,21 @@ fn land_between_judgement_and_put(uri: &str, theirs: Stage) {
     });
 }
 
+/// The report of a commit whose first put, admitted at the write, was lost to the writer the test
+/// hook landed ([`land_between_judgement_and_put`]): two attempts, the second standing where the
+/// first stood and admitted at the write at `v + 3`. The first attempt's judgement at the write.
+fn lost_then_admitted(report: &CommitReport, v: u64) -> &lance_actions_commit::commit::AtWriteReport {
+    assert_eq!(report.version, v + 3, "{report:?}");
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    let (first, second) = (&report.attempts[0], &report.attempts[1]);
+    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
+    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let at_write = first.at_write.as_ref().expect("judged at the first write");
+    assert!(at_write.verdict.is_ok(), "{report:?}");
+    at_write
+}
+
 /// A put lost after the judgement at the write admitted the writer before it: the next attempt
 /// stands where the first stood (checking the newest writer out would cost a version lookup, a
 /// HEAD request on an object store), Lance's listing finds both writers, and the judgement at the
@@ -348,16 +363,10 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     let theirs = stage_append(&stale, "a", &ids(200..202)).await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
     land_between_judgement_and_put(&uri, Stage::Append(300..302));
-    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 3);
-    assert_eq!(report.attempts.len(), 2, "{report:?}");
-    let (first, second) = (&report.attempts[0], &report.attempts[1]);
-    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
-    assert!(first.at_write.as_ref().expect("judged at the first write").verdict.is_ok());
-    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    lost_then_admitted(&report, v);
     assert_eq!(report.listings(), 0, "Lance's listings were the only ones");
-    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
-    let at_write = second.at_write.as_ref().expect("judged at the second write");
+    let at_write = report.attempts[1].at_write.as_ref().expect("judged at the second write");
     assert_eq!(at_write.head, v + 2, "both writers judged, on the head Lance built on");
     assert_eq!(at_write.peers.len(), 2, "ours judged against both writers on that head: {report:?}");
     assert!(at_write.verdict.is_ok());
@@ -378,14 +387,8 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
     let theirs = stage_delete(&stale, "a", "id = 20").await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
     land_between_judgement_and_put(&uri, Stage::Delete("id = 28"));
-    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 3);
-    assert_eq!(report.attempts.len(), 2, "{report:?}");
-    let (first, second) = (&report.attempts[0], &report.attempts[1]);
-    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
-    assert!(!first.at_write.as_ref().expect("judged at the first write").head_read_back, "a delete looks the head up");
-    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
-    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert!(!lost_then_admitted(&report, v).head_read_back, "a delete looks the head up");
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 3, "every delete holds, no row back");
     assert!(![3, 20, 28].iter().any(|i| seen.contains(i)) && seen.contains(&4) && seen.contains(&21));
@@ -398,23 +401,12 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
 /// out.
 #[tokio::test]
 async fn a_delete_whose_merged_put_was_lost_lands_merged_over_both_writers() {
-    let (_dir, uri, stale) = sample().await;
-    let v = stale.manifest().version;
     // Rows 1, 2 and 3 all live in fragment 0.
-    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours");
-    let theirs = stage_delete(&stale, "a", "id = 1").await.expect("stage a").txn;
-    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    land_between_judgement_and_put(&uri, Stage::Delete("id = 2"));
-    let rows = ours.affected_rows.expect("Lance reports the rows");
-    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 3);
-    assert_eq!(report.attempts.len(), 2, "{report:?}");
-    let (first, second) = (&report.attempts[0], &report.attempts[1]);
-    assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
-    assert!(first.at_write.as_ref().expect("judged at the first write").verdict.is_ok());
-    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
-    assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let behind = delete_given_rows_behind("id = 3", Stage::Delete("id = 1")).await;
+    land_between_judgement_and_put(&behind.uri, Stage::Delete("id = 2"));
+    let (_, report) = behind.commit().await.expect("ours lands");
+    lost_then_admitted(&report, behind.v);
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 3, "every delete holds, no row back: {seen:?}");
     assert!(![1, 2, 3].iter().any(|i| seen.contains(i)) && seen.contains(&4));
 }
@@ -430,11 +422,8 @@ async fn an_index_creation_whose_put_was_lost_after_its_judgement_lands_over_bot
     let theirs = stage_append(&stale, "a", &ids(200..202)).await.expect("stage a").txn;
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
     land_between_judgement_and_put(&uri, Stage::Append(300..302));
-    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 3);
-    assert_eq!(report.attempts.len(), 2, "{report:?}");
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::LostRace), "{report:?}");
-    assert_eq!(report.attempts[1].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    lost_then_admitted(&report, v);
     let head = latest(&uri).await;
     let indices = head.load_indices().await.expect("indices");
     let v_idx = indices.iter().find(|i| i.name == "v_idx").expect("the index landed");
@@ -590,23 +579,56 @@ async fn a_delete_given_its_rows_behind_deletes_of_its_fragment_is_merged_by_lan
     assert!([1, 2, 3, 4].iter().all(|id| !seen.contains(id)) && seen.contains(&5));
 }
 
+/// Ours, a delete given the rows Lance reports for it, staged on the sample table beside `theirs`,
+/// which lands first from the same handle (at `v + 1`).
+struct DeleteGivenRows {
+    _dir: tempfile::TempDir,
+    uri: String,
+    /// The version both were staged on.
+    v: u64,
+    stale: Arc<Dataset>,
+    txn: Transaction,
+    rows: lance_select::RowAddrTreeMap,
+}
+
+async fn delete_given_rows_behind(ours: &str, theirs: Stage) -> DeleteGivenRows {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let staged = stage_delete(&stale, "ours", ours).await.expect("stage ours");
+    let theirs = theirs.on(&stale, "a").await;
+    stale.action_commit().execute(theirs).await.expect("theirs lands v + 1");
+    let rows = staged.affected_rows.expect("Lance reports the rows");
+    DeleteGivenRows { _dir, uri, v, stale, txn: staged.txn, rows }
+}
+
+impl DeleteGivenRows {
+    async fn commit(&self) -> Result<(Dataset, CommitReport), lance_actions_commit::CommitError> {
+        self.stale.action_commit().with_affected_rows(self.rows.clone()).execute(self.txn.clone()).await
+    }
+
+    async fn scan(&self) -> (BTreeSet<i64>, usize) {
+        scan_ids(&*latest(&self.uri).await).await
+    }
+
+    /// Commit: it lands in one attempt, Lance's build past the writer admitted at the write. The
+    /// table's rows after.
+    async fn lands_at_the_write_in_one_attempt(&self) -> (BTreeSet<i64>, usize) {
+        let (landed, report) = self.commit().await.expect("ours lands");
+        assert_eq!(landed.manifest().version, self.v + 2);
+        assert_eq!(report.attempts.len(), 1, "{report:?}");
+        assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: self.v + 2 }));
+        self.scan().await
+    }
+}
+
 /// A delete given its rows over two fragments, behind a writer of one of them: Lance merges that
 /// fragment's vector and leaves the other as ours staged it; the judgement at the write admits
 /// both in one attempt. Every delete holds.
 #[tokio::test]
 async fn a_delete_of_two_fragments_behind_a_writer_of_one_is_merged_there_and_kept_as_staged_in_the_other() {
-    let (_dir, uri, stale) = sample().await;
-    let v = stale.manifest().version;
     // Row 3 lives in fragment 0, row 12 in fragment 1, row 1 in fragment 0.
-    let ours = stage_delete(&stale, "ours", "id IN (3, 12)").await.expect("stage ours");
-    let theirs = stage_delete(&stale, "a", "id = 1").await.expect("stage a").txn;
-    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    let rows = ours.affected_rows.expect("Lance reports the rows");
-    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
-    assert_eq!(report.attempts.len(), 1, "{report:?}");
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let behind = delete_given_rows_behind("id IN (3, 12)", Stage::Delete("id = 1")).await;
+    let (seen, total) = behind.lands_at_the_write_in_one_attempt().await;
     assert_eq!(total, 32 - 3, "{seen:?}");
     assert!(![1, 3, 12].iter().any(|i| seen.contains(i)) && seen.contains(&2) && seen.contains(&13));
 }
@@ -616,17 +638,8 @@ async fn a_delete_of_two_fragments_behind_a_writer_of_one_is_merged_there_and_ke
 /// The deleted row is gone and the upserted key is there once, with its new version.
 #[tokio::test]
 async fn a_delete_given_its_rows_behind_an_upsert_of_its_fragment_is_merged_at_the_write() {
-    let (_dir, uri, stale) = sample().await;
-    let v = stale.manifest().version;
-    let ours = stage_delete(&stale, "ours", "id = 3").await.expect("stage ours");
-    let theirs = stage_upsert(&stale, "a", &[2]).await.expect("stage a").txn;
-    stale.action_commit().execute(theirs).await.expect("the upsert lands v + 1");
-    let rows = ours.affected_rows.expect("Lance reports the rows");
-    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
-    assert_eq!(landed.manifest().version, v + 2);
-    assert_eq!(report.attempts.len(), 1, "{report:?}");
-    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let behind = delete_given_rows_behind("id = 3", Stage::Upsert(&[2])).await;
+    let (seen, total) = behind.lands_at_the_write_in_one_attempt().await;
     assert_eq!(total, 32 - 1, "key 2 once, row 3 gone: {seen:?}");
     assert!(!seen.contains(&3) && seen.contains(&2));
 }
@@ -637,18 +650,14 @@ async fn a_delete_given_its_rows_behind_an_upsert_of_its_fragment_is_merged_at_t
 /// No row of the fragment is left, and no other row is lost.
 #[tokio::test]
 async fn a_delete_that_empties_its_fragment_behind_a_writer_lands_by_another_attempt() {
-    let (_dir, uri, stale) = sample().await;
-    let v = stale.manifest().version;
     // Fragment 0 holds ids 0 to 7.
-    let ours = stage_delete(&stale, "ours", "id = 7").await.expect("stage ours");
-    let theirs = stage_delete(&stale, "a", "id < 7").await.expect("stage a").txn;
-    stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
-    let rows = ours.affected_rows.expect("Lance reports the rows");
-    let (landed, report) = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands");
+    let behind = delete_given_rows_behind("id = 7", Stage::Delete("id < 7")).await;
+    let (landed, report) = behind.commit().await.expect("ours lands");
+    let v = behind.v;
     assert_eq!(landed.manifest().version, v + 2);
     assert_eq!(report.attempts.len(), 2, "{report:?}");
     assert_eq!(report.attempts[0].write, Some(WriteRecord::Refused { asked: v + 2 }), "{report:?}");
-    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 8, "the whole fragment is gone, nothing else: {seen:?}");
     assert!((0..8).all(|i| !seen.contains(&i)) && (8..32).all(|i| seen.contains(&i)));
 }
@@ -658,19 +667,14 @@ async fn a_delete_that_empties_its_fragment_behind_a_writer_lands_by_another_att
 /// be told it deleted a row already gone), and nothing of ours is written.
 #[tokio::test]
 async fn a_delete_given_its_rows_behind_a_delete_of_one_of_them_is_never_written() {
-    let (_dir, uri, stale) = sample().await;
-    let v = stale.manifest().version;
-    let ours = stage_delete(&stale, "ours", "id IN (2, 3)").await.expect("stage ours");
-    let theirs = stage_delete(&stale, "theirs", "id = 3").await.expect("stage theirs");
-    stale.action_commit().execute(theirs.txn).await.expect("theirs lands");
-    let rows = ours.affected_rows.expect("Lance reports the rows");
-    let refused = stale.action_commit().with_affected_rows(rows).execute(ours.txn).await;
+    let behind = delete_given_rows_behind("id IN (2, 3)", Stage::Delete("id = 3")).await;
+    let refused = behind.commit().await;
     let Err(lance_actions_commit::CommitError::Retry { report, .. }) = refused else {
         panic!("row 3 is gone already: a Retry, not {refused:?}");
     };
     assert!(report.attempts.iter().all(|a| a.write.as_ref().and_then(WriteRecord::written).is_none()), "{report:?}");
-    let head = latest(&uri).await;
-    assert_eq!(head.manifest().version, v + 1, "nothing of ours written");
+    let head = latest(&behind.uri).await;
+    assert_eq!(head.manifest().version, behind.v + 1, "nothing of ours written");
     let (seen, total) = scan_ids(&head).await;
     assert_eq!(total, 31);
     assert!(seen.contains(&2) && !seen.contains(&3));

@@ -270,18 +270,26 @@ mod tests {
         txn
     }
 
-    /// The verdict label and, when Ok, the rows left for ours to delete.
-    fn judge(ours: &ActionTxn, theirs: &ActionTxn) -> (&'static str, Option<RoaringBitmap>) {
+    /// Ours judged against `peers` on a table of fragment 1 alone: the verdict label and, when Ok,
+    /// the rows left for ours to delete.
+    fn verdict_and_rows(
+        ours: &ActionTxn,
+        peers: &[Peer],
+        facts: &dyn RebaseFacts,
+    ) -> (&'static str, Option<RoaringBitmap>) {
         let mut base =
             TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
         base.fragments.insert(1, Fragment::new(1));
-        let peers = [Peer::new(2, theirs.clone())];
-        let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &NoFacts });
+        let r = resolve(ours, &Inputs { base: &base, head: None, peers, facts });
         let rows = match &r.txn.actions[0] {
             AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
             _ => None,
         };
         (r.verdict.label(), rows)
+    }
+
+    fn judge(ours: &ActionTxn, theirs: &ActionTxn) -> (&'static str, Option<RoaringBitmap>) {
+        verdict_and_rows(ours, &[Peer::new(2, theirs.clone())], &NoFacts)
     }
 
     #[test]
@@ -330,18 +338,10 @@ mod tests {
     /// Ours (declared rows, checked) judged against committed vectors of fragment 1, the i-th at
     /// version i + 2, with only `files` readable: the verdict label and the rows left ours.
     fn judge_chain(ours: &ActionTxn, chain: &[ActionTxn], files: Files) -> (&'static str, Option<RoaringBitmap>) {
-        let mut base =
-            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
-        base.fragments.insert(1, Fragment::new(1));
         // Each committed on the one before it, as a committed history is.
         let peers: Vec<Peer> =
             chain.iter().enumerate().map(|(i, t)| Peer::new(i as u64 + 2, t.clone()).built_on(i as u64 + 1)).collect();
-        let r = resolve(ours, &Inputs { base: &base, head: None, peers: &peers, facts: &files });
-        let rows = match &r.txn.actions[0] {
-            AnyAction::UpdateDeletionVector(u) => u.affected_rows.clone(),
-            _ => None,
-        };
-        (r.verdict.label(), rows)
+        verdict_and_rows(ours, &peers, &files)
     }
 
     #[test]
@@ -389,9 +389,6 @@ mod tests {
     /// committed (what-ifs) or built on an older version hold their own rows alone.
     #[test]
     fn a_vector_not_built_on_the_earlier_one_supersedes_nothing() {
-        let mut base =
-            TableState::empty(lance_core::datatypes::Schema { fields: vec![], metadata: Default::default() });
-        base.fragments.insert(1, Fragment::new(1));
         let ours = deletes(OperationKind::Delete, &[2], false);
         // Both staged on the base (version 1): the second file holds only its own row 3.
         let files = || Files(vec![(10, vec![2]), (11, vec![3])]);
@@ -400,8 +397,8 @@ mod tests {
             vec![Peer::new(2, first.clone()), Peer::new(3, second.clone())],
             vec![Peer::new(2, first.clone()).built_on(1), Peer::new(3, second.clone()).built_on(1)],
         ] {
-            let r = resolve(&ours, &Inputs { base: &base, head: None, peers: &peers, facts: &files() });
-            assert_eq!(r.verdict.label(), "retry", "the first writer's row 2 is found in its own file");
+            let (verdict, _) = verdict_and_rows(&ours, &peers, &files());
+            assert_eq!(verdict, "retry", "the first writer's row 2 is found in its own file");
         }
     }
 
