@@ -152,8 +152,8 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
 /// not read back) and our own staged deletion file, read to check the rows given against it.
 pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs(cx: &Ctx<'_>) {
     const WRITERS: i64 = 3;
-    let lance = delete_behind_deletes(cx, "delete-behind-lance", Way::Lance, WRITERS).await;
-    let ours = delete_behind_deletes(cx, "delete-behind-ours", Way::Ours, WRITERS).await;
+    let lance = delete_behind_deletes(cx, "delete-behind-lance", Way::Lance, WRITERS, 0).await;
+    let ours = delete_behind_deletes(cx, "delete-behind-ours", Way::Ours, WRITERS, 0).await;
     let extra = crate::server::requests_minus(&ours, &lance);
     let missing = crate::server::requests_minus(&lance, &ours);
     println!("    behind {WRITERS} deletes of its fragment: Lance {lance:?}; ours more {extra:?}, fewer {missing:?}");
@@ -166,16 +166,41 @@ pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_com
     );
 }
 
-async fn delete_behind_deletes(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTreeMap<String, u64> {
+/// Three writers delete rows of fragment 1 after ours (a delete of a row of fragment 0, given its
+/// rows) was staged. No writer touched our fragment, so no vector is compared and our staged file
+/// is not read: ours makes Lance's requests plus the head's lookup alone.
+pub async fn a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file(cx: &Ctx<'_>) {
+    const WRITERS: i64 = 3;
+    let lance = delete_behind_deletes(cx, "delete-beside-lance", Way::Lance, WRITERS, 8).await;
+    let ours = delete_behind_deletes(cx, "delete-beside-ours", Way::Ours, WRITERS, 8).await;
+    let extra = crate::server::requests_minus(&ours, &lance);
+    let missing = crate::server::requests_minus(&lance, &ours);
+    println!(
+        "    behind {WRITERS} deletes of another fragment: Lance {lance:?}; ours more {extra:?}, fewer {missing:?}"
+    );
+    assert!(missing.is_empty(), "ours skipped requests Lance made: {missing:?} (ours {ours:?}, Lance {lance:?})");
+    let expected_extra: BTreeMap<String, u64> = [("HEAD manifest".to_string(), 1)].into();
+    assert_eq!(extra, expected_extra, "ours made other requests than Lance's plus the head: {ours:?} vs {lance:?}");
+}
+
+/// Ours deletes row 7 (fragment 0), given its rows; `writers` writers then delete rows
+/// `first_id`, `first_id + 1`, ... each from a session of its own.
+async fn delete_behind_deletes(
+    cx: &Ctx<'_>,
+    name: &str,
+    way: Way,
+    writers: i64,
+    first_id: i64,
+) -> BTreeMap<String, u64> {
     let (uri, base) = sample_table(cx, name).await;
     let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
     let staged = DeleteBuilder::new(stale.clone(), "id = 7").execute_uncommitted().await.expect("stage ours");
     let rows_given = staged.affected_rows.clone().expect("Lance reports the rows");
     let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
-    for w in 0..writers {
+    for id in first_id..first_id + writers {
         let other = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
-        DeleteBuilder::new(other, format!("id = {w}")).execute().await.expect("a writer in between");
-        expected.remove(&w);
+        DeleteBuilder::new(other, format!("id = {id}")).execute().await.expect("a writer in between");
+        expected.remove(&id);
     }
     let before = cx.s3.requests_by_kind();
     let landed = match way {

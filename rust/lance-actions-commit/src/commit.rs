@@ -684,7 +684,7 @@ fn drive_on(
 ) -> (Verdict, Vec<PeerCheck>) {
     debug_assert_eq!(head.is_none(), peers.is_empty(), "a head state exactly when there are peers");
     if !peers.is_empty() {
-        verify_declared_rows(txn, &fixed.base, facts);
+        verify_declared_rows(txn, &fixed.base, facts, peers);
     }
     let head = head.unwrap_or(&fixed.base);
     let inputs = Inputs { base: &fixed.base, head: Some(head), peers, facts };
@@ -1265,10 +1265,16 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 /// the commit will make visible); where the files cannot tell, the declared rows are dropped.
 /// A vector the caller already rebased and marked for union (a replay resolved by its own driver
 /// run) carries rows that its deletion file, from another branch, cannot confirm: it is left as is.
-fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts) {
+/// So is a vector of a fragment no peer touched: no rebase compares its rows, no reader of history
+/// trusts declared rows (`history::trusted`, replay reads the files), and Lance's rebase uses the
+/// rows handed to it only for a fragment a writer past our head changed, which the judgement at
+/// the write then checks here.
+fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts, peers: &[Peer]) {
+    let touched: std::collections::BTreeSet<u64> =
+        peers.iter().flat_map(|p| crate::deletions::touched_fragments(&p.txn)).collect();
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
-        if u.merge_with_head || u.affected_rows.is_none() {
+        if u.merge_with_head || u.affected_rows.is_none() || !touched.contains(&u.fragment.id) {
             continue;
         }
         u.affected_rows = lance_actions::actions::update_deletion_vector::UpdateDeletionVector::rows_deleted(

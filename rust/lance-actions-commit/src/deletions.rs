@@ -106,7 +106,7 @@ fn compared_peer_changes<'a>(
 }
 
 /// Fragment ids named by any of the transaction's masks.
-fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
+pub fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
     let mut ids = BTreeSet::new();
     for action in &txn.actions {
         for path in action.reads().iter().chain(action.writes().iter()) {
@@ -119,9 +119,9 @@ fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
 }
 
 impl DeletionFacts {
-    /// Read the deletion vectors that row-level rebase may compare: every vector change of ours and
-    /// every one of a peer that is not superseded, on a fragment our transaction touches, plus the
-    /// base version of each such fragment.
+    /// Read the deletion vectors that row-level rebase may compare: every vector change of ours on
+    /// a fragment a peer touches, and every one of a peer that is not superseded on a fragment our
+    /// transaction touches, plus the base version of each such fragment.
     pub async fn load(dataset: &Arc<Dataset>, base: &TableState, ours: &ActionTxn, peers: &[Peer]) -> Result<Self> {
         let mut facts = Self::default();
         facts.load_more(dataset, base, ours, peers).await?;
@@ -137,8 +137,11 @@ impl DeletionFacts {
         peers: &[Peer],
     ) -> Result<()> {
         let ours_ids = touched_fragments(ours);
+        // Our own vector's rows are compared only where a peer touched its fragment.
+        let peer_ids: BTreeSet<u64> = peers.iter().flat_map(|p| touched_fragments(&p.txn)).collect();
+        let our_changes = vector_changes(ours).filter(|u| peer_ids.contains(&u.fragment.id));
         let mut wanted: Vec<Fragment> = Vec::new();
-        for change in vector_changes(ours).chain(compared_peer_changes(peers, &ours_ids)) {
+        for change in our_changes.chain(compared_peer_changes(peers, &ours_ids)) {
             let fragment = &change.fragment;
             if ours_ids.contains(&fragment.id) {
                 wanted.push(fragment.clone());
