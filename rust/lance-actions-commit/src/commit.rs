@@ -1030,6 +1030,10 @@ impl JudgeAtWrite {
             };
             let Some(written) = built.fragments.iter().find(|f| f.id == l.fragment.id) else { return false };
             let written = written.deletion_file.as_ref();
+            // These two checks (our file kept exactly, or the rows handed equal to the rows checked
+            // here) are what keep rows a caller declared, handed to Lance before any check
+            // (`verify_declared_rows` checks only fragments a peer touched), out of an admitted
+            // merge: never relax them to counts.
             if !r.merge_with_head {
                 if r != l || written != l.fragment.deletion_file.as_ref() {
                     return false;
