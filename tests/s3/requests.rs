@@ -151,36 +151,30 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
 /// cache. Ours makes two requests more than Lance: the head's lookup (a delete's head is looked up,
 /// not read back) and our own staged deletion file, read to check the rows given against it.
 pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs(cx: &Ctx<'_>) {
-    const WRITERS: i64 = 3;
-    let lance = delete_behind_deletes(cx, "delete-behind-lance", Way::Lance, WRITERS, 0).await;
-    let ours = delete_behind_deletes(cx, "delete-behind-ours", Way::Ours, WRITERS, 0).await;
-    let extra = crate::server::requests_minus(&ours, &lance);
-    let missing = crate::server::requests_minus(&lance, &ours);
-    println!("    behind {WRITERS} deletes of its fragment: Lance {lance:?}; ours more {extra:?}, fewer {missing:?}");
-    assert!(missing.is_empty(), "ours skipped requests Lance made: {missing:?} (ours {ours:?}, Lance {lance:?})");
-    let expected_extra: BTreeMap<String, u64> =
-        [("GET deletion".to_string(), 1), ("HEAD manifest".to_string(), 1)].into();
-    assert_eq!(
-        extra, expected_extra,
-        "ours made other requests than Lance's plus the head and our own file: {ours:?} vs {lance:?}"
-    );
+    delete_costs_lances_requests_and(cx, "its fragment", 0, &[("GET deletion", 1), ("HEAD manifest", 1)]).await;
 }
 
 /// Three writers delete rows of fragment 1 after ours (a delete of a row of fragment 0, given its
 /// rows) was staged. No writer touched our fragment, so no vector is compared and our staged file
 /// is not read: ours makes Lance's requests plus the head's lookup alone.
 pub async fn a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file(cx: &Ctx<'_>) {
+    delete_costs_lances_requests_and(cx, "another fragment", 8, &[("HEAD manifest", 1)]).await;
+}
+
+/// Ours and Lance's commit of one delete given its rows, each on a twin table behind three
+/// writers deleting rows from id `first_id` on (`delete_behind_deletes`): ours makes every request
+/// Lance's makes, and exactly `extra` more.
+async fn delete_costs_lances_requests_and(cx: &Ctx<'_>, writers_of: &str, first_id: i64, extra: &[(&str, u64)]) {
     const WRITERS: i64 = 3;
-    let lance = delete_behind_deletes(cx, "delete-beside-lance", Way::Lance, WRITERS, 8).await;
-    let ours = delete_behind_deletes(cx, "delete-beside-ours", Way::Ours, WRITERS, 8).await;
-    let extra = crate::server::requests_minus(&ours, &lance);
+    let tag = if first_id == 0 { "behind" } else { "beside" };
+    let lance = delete_behind_deletes(cx, &format!("delete-{tag}-lance"), Way::Lance, WRITERS, first_id).await;
+    let ours = delete_behind_deletes(cx, &format!("delete-{tag}-ours"), Way::Ours, WRITERS, first_id).await;
+    let more = crate::server::requests_minus(&ours, &lance);
     let missing = crate::server::requests_minus(&lance, &ours);
-    println!(
-        "    behind {WRITERS} deletes of another fragment: Lance {lance:?}; ours more {extra:?}, fewer {missing:?}"
-    );
+    println!("    behind {WRITERS} deletes of {writers_of}: Lance {lance:?}; ours more {more:?}, fewer {missing:?}");
     assert!(missing.is_empty(), "ours skipped requests Lance made: {missing:?} (ours {ours:?}, Lance {lance:?})");
-    let expected_extra: BTreeMap<String, u64> = [("HEAD manifest".to_string(), 1)].into();
-    assert_eq!(extra, expected_extra, "ours made other requests than Lance's plus the head: {ours:?} vs {lance:?}");
+    let expected: BTreeMap<String, u64> = extra.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+    assert_eq!(more, expected, "ours made other requests than Lance's plus {expected:?}: {ours:?} vs {lance:?}");
 }
 
 /// Ours deletes row 7 (fragment 0), given its rows; `writers` writers then delete rows

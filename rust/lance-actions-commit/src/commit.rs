@@ -1274,8 +1274,7 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 /// rows handed to it only for a fragment a writer past our head changed, which the judgement at
 /// the write then checks here.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts, peers: &[Peer]) {
-    let touched: std::collections::BTreeSet<u64> =
-        peers.iter().flat_map(|p| crate::deletions::touched_fragments(&p.txn)).collect();
+    let touched = crate::deletions::fragments_touched_by(peers);
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
         if u.merge_with_head || u.affected_rows.is_none() || !touched.contains(&u.fragment.id) {

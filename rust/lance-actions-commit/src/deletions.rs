@@ -105,8 +105,16 @@ fn compared_peer_changes<'a>(
     })
 }
 
+/// Fragment ids named by any of the peers' masks: the fragments where our own vector's rows are
+/// compared, so the only ones whose declared rows are checked (`commit::verify_declared_rows`) and
+/// whose files are read for that ([`DeletionFacts::load_more`]). One definition serves both, so a
+/// checked vector always has its files.
+pub fn fragments_touched_by(peers: &[Peer]) -> BTreeSet<u64> {
+    peers.iter().flat_map(|p| touched_fragments(&p.txn)).collect()
+}
+
 /// Fragment ids named by any of the transaction's masks.
-pub fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
+fn touched_fragments(txn: &ActionTxn) -> BTreeSet<u64> {
     let mut ids = BTreeSet::new();
     for action in &txn.actions {
         for path in action.reads().iter().chain(action.writes().iter()) {
@@ -138,7 +146,7 @@ impl DeletionFacts {
     ) -> Result<()> {
         let ours_ids = touched_fragments(ours);
         // Our own vector's rows are compared only where a peer touched its fragment.
-        let peer_ids: BTreeSet<u64> = peers.iter().flat_map(|p| touched_fragments(&p.txn)).collect();
+        let peer_ids = fragments_touched_by(peers);
         let our_changes = vector_changes(ours).filter(|u| peer_ids.contains(&u.fragment.id));
         let mut wanted: Vec<Fragment> = Vec::new();
         for change in our_changes.chain(compared_peer_changes(peers, &ours_ids)) {

@@ -243,14 +243,21 @@ async fn an_index_created_behind_a_landed_append_is_judged_at_the_write() {
     let behind = ours_behind(Stage::Append(100..103), Stage::IndexOnV).await;
     behind.assert_judged_at_the_write(false);
     let head = latest(&behind.uri).await;
+    assert_v_idx_on_the_sample(&head, 3).await;
+    let indices = head.load_indices().await.expect("indices");
+    assert!(indices.iter().any(|i| i.name == "id_idx"), "the sample's index is kept");
+}
+
+/// `v_idx` landed on the sample's four fragments (those it was built on, not the `appended` rows'
+/// fragments), a query through it finds an old row, and the appended rows are found outside it.
+async fn assert_v_idx_on_the_sample(head: &Dataset, appended: usize) {
     let indices = head.load_indices().await.expect("indices");
     let v_idx = indices.iter().find(|i| i.name == "v_idx").expect("the index landed");
     let covered: Vec<u32> = v_idx.fragment_bitmap.as_ref().expect("a bitmap").iter().collect();
-    assert_eq!(covered, vec![0, 1, 2, 3], "the fragments it was built on, not the appended one");
-    assert!(indices.iter().any(|i| i.name == "id_idx"), "the sample's index is kept");
-    assert_eq!(count_where(&head, "v = 30").await, 1, "an old row, through the index");
-    assert_eq!(count_where(&head, "v >= 1000").await, 3, "the appended rows, outside the index");
-    assert_eq!(scan_ids(&head).await.1, 32 + 3);
+    assert_eq!(covered, vec![0, 1, 2, 3], "the fragments it was built on, not the appended ones");
+    assert_eq!(count_where(head, "v = 30").await, 1, "an old row, through the index");
+    assert_eq!(count_where(head, "v >= 1000").await, appended, "the appended rows, outside the index");
+    assert_eq!(scan_ids(head).await.1, 32 + appended);
 }
 
 /// Two index builds under one name: the later is never admitted at the write (nor written after);
@@ -424,14 +431,7 @@ async fn an_index_creation_whose_put_was_lost_after_its_judgement_lands_over_bot
     land_between_judgement_and_put(&uri, Stage::Append(300..302));
     let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     lost_then_admitted(&report, v);
-    let head = latest(&uri).await;
-    let indices = head.load_indices().await.expect("indices");
-    let v_idx = indices.iter().find(|i| i.name == "v_idx").expect("the index landed");
-    let covered: Vec<u32> = v_idx.fragment_bitmap.as_ref().expect("a bitmap").iter().collect();
-    assert_eq!(covered, vec![0, 1, 2, 3], "the fragments it was built on");
-    assert_eq!(count_where(&head, "v = 30").await, 1, "an old row, through the index");
-    assert_eq!(count_where(&head, "v >= 1000").await, 4, "both appends' rows, outside the index");
-    assert_eq!(scan_ids(&head).await.1, 32 + 4);
+    assert_v_idx_on_the_sample(&*latest(&uri).await, 4).await;
 }
 
 /// An upsert whose put was lost after its judgement at the write admitted the writer before it,
