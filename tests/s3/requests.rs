@@ -4,7 +4,7 @@
 //! attempt: Lance's"). Counted at the relay in front of the server (`server::S3::requests_by_kind`),
 //! on twin tables, for an append and for a delete given its affected rows. Behind writers, an append
 //! judged at the write makes exactly Lance's requests, and a delete behind writers of its fragment
-//! two more (the head's lookup and its own staged deletion file).
+//! one more (its own staged deletion file).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -148,17 +148,19 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
 /// merges the newest writer's vector with our rows, and ours judges that merge at the write
 /// (`design/commit.md`, "Judged at the write"), reading of the writers' vectors only the newest
 /// ("Only the newest deletion vector"), which Lance's rebase has just read into the session's
-/// cache. Ours makes two requests more than Lance: the head's lookup (a delete's head is looked up,
-/// not read back) and our own staged deletion file, read to check the rows given against it.
+/// cache. The head is read back from the manifest Lance built (the newest writer's vector is the
+/// head's). Ours makes one request more than Lance: our own staged deletion file, read to check the
+/// rows given against it.
 pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs(cx: &Ctx<'_>) {
-    delete_costs_lances_requests_and(cx, "its fragment", 0, &[("GET deletion", 1), ("HEAD manifest", 1)]).await;
+    delete_costs_lances_requests_and(cx, "its fragment", 0, &[("GET deletion", 1)]).await;
 }
 
 /// Three writers delete rows of fragment 1 after ours (a delete of a row of fragment 0, given its
 /// rows) was staged. No writer touched our fragment, so no vector is compared and our staged file
-/// is not read: ours makes Lance's requests plus the head's lookup alone.
+/// is not read, and the head is read back from the manifest Lance built: ours makes exactly Lance's
+/// requests.
 pub async fn a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file(cx: &Ctx<'_>) {
-    delete_costs_lances_requests_and(cx, "another fragment", 8, &[("HEAD manifest", 1)]).await;
+    delete_costs_lances_requests_and(cx, "another fragment", 8, &[]).await;
 }
 
 /// Ours and Lance's commit of one delete given its rows, each on a twin table behind three
@@ -213,6 +215,7 @@ async fn delete_behind_deletes(
             assert_eq!(report.attempts.len(), 1, "{name}: judged at the write, one attempt: {report:?}");
             let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
             assert_eq!(at_write.peers.len() as i64, writers, "{name}: every writer in between judged");
+            assert!(at_write.head_read_back, "{name}: the head read back from Lance's manifest");
             landed
         }
     };

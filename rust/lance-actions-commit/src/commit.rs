@@ -1143,9 +1143,18 @@ impl JudgeAtWrite {
     /// The head Lance built on, read back from the manifest it built, when the verdict can rest on
     /// it; `None` when the head must be read. Reading it costs a version lookup (a HEAD request on
     /// an object store) inside the window between Lance's listing and its manifest write, where
-    /// every delay lets another writer's write land first.
-    ///
-    /// Only for an append all of whose writers in between the screen settles:
+    /// every delay lets another writer's write land first. For an append
+    /// ([`JudgeAtWrite::append_head_read_back`]) and for a delete of deletion vectors
+    /// ([`JudgeAtWrite::delete_head_read_back`]).
+    fn head_read_back(&self, built: &Built<'_>, peers: &[Peer]) -> Option<lance_actions::TableState> {
+        match self.appended_files.as_ref() {
+            Some(appended) => self.append_head_read_back(built, peers, appended),
+            None => self.delete_head_read_back(built, peers),
+        }
+    }
+
+    /// [`JudgeAtWrite::head_read_back`] for an append, all of whose writers in between the screen
+    /// settles:
     /// * Lance builds an append's manifest from the head by adding our fragments, under fresh ids
     ///   past the head's high-water mark, and keeps the head's schema, config and other fragments;
     ///   so the head is that manifest less our fragments (told apart by their data files), with the
@@ -1154,8 +1163,12 @@ impl JudgeAtWrite {
     ///   the table's class and key (config and schema), which the manifest carries exactly.
     /// * The index list is the one written with the manifest (none handed: no index): an append
     ///   can change only its MemWAL entry, which no insert check reads.
-    fn head_read_back(&self, built: &Built<'_>, peers: &[Peer]) -> Option<lance_actions::TableState> {
-        let appended = self.appended_files.as_ref()?;
+    fn append_head_read_back(
+        &self,
+        built: &Built<'_>,
+        peers: &[Peer],
+        appended: &HashSet<String>,
+    ) -> Option<lance_actions::TableState> {
         if !peers.iter().all(|peer| self.fixed.prepared.rules_out(peer)) {
             return None;
         }
@@ -1185,12 +1198,63 @@ impl JudgeAtWrite {
         Some(state)
     }
 
+    /// [`JudgeAtWrite::head_read_back`] for a delete that only changes deletion vectors, when every
+    /// writer in between is settled by the screen or is itself such a delete:
+    /// * Lance builds a delete's manifest from the head by setting the deletion file of each
+    ///   fragment it updates and nothing else (`Operation::Delete` in Lance's manifest build), so the
+    ///   head is that manifest with the head's files on our fragments;
+    /// * the head's file of one of our fragments is the attempt head's, as changed by the writers
+    ///   in between, in order: a settled writer leaves our fragments' vectors alone, and a delete
+    ///   sets the file its committed operation names (what Lance's build of it set);
+    /// * a vector change reads of the head only whether its fragment is there and, at the write,
+    ///   the head's file of it ([`JudgeAtWrite::deletions_as_ours_would_be`]), and the retirement
+    ///   rule reads the config, which a delete carries over. The index list is the one written with
+    ///   the manifest: Lance's delete build may leave out indices that cover no fragment, and no
+    ///   vector change reads the list.
+    ///
+    /// Deletion files are read through the attempt head's handle, so the bases must be the same.
+    fn delete_head_read_back(&self, built: &Built<'_>, peers: &[Peer]) -> Option<lance_actions::TableState> {
+        let judged = self.judged_at.manifest();
+        if self.lowered.context.shell != lance_actions::OperationKind::Delete
+            || built.manifest.base_paths != judged.base_paths
+        {
+            return None;
+        }
+        let mut files = HashMap::new();
+        for action in &self.lowered.actions {
+            let AnyAction::UpdateDeletionVector(u) = action else { return None };
+            let at_judged = judged.fragments.iter().find(|f| f.id == u.fragment.id)?;
+            files.insert(u.fragment.id, at_judged.deletion_file.clone());
+        }
+        for peer in peers.iter().filter(|p| p.version > judged.version) {
+            if self.fixed.prepared.rules_out(peer) {
+                continue;
+            }
+            if peer.txn.context.shell != lance_actions::OperationKind::Delete {
+                return None;
+            }
+            for action in &peer.txn.actions {
+                let AnyAction::UpdateDeletionVector(theirs) = action else { return None };
+                if let Some(file) = files.get_mut(&theirs.fragment.id) {
+                    file.clone_from(&theirs.fragment.deletion_file);
+                }
+            }
+        }
+        let mut state = lance_actions::TableState::from_manifest(built.manifest, built.indices.unwrap_or_default());
+        for (id, file) in files {
+            state.fragments.get_mut(&id)?.deletion_file = file;
+        }
+        state.version = built.head();
+        Some(state)
+    }
+
     /// Debug builds on a local table compare the head read back with the head read from storage
     /// (not on an object store, whose tests count requests), in what the judgement reads of it and
-    /// what reading it back derives: the version, which fragments there are and the high-water
-    /// mark, config, table metadata, bases, the primary key, and the indices but the MemWAL entry
-    /// (an append's build gives that one a new uuid). Not the fragments' or the schema's other
-    /// details, which Lance's build may migrate (legacy row counts, duplicate field ids).
+    /// what reading it back derives: the version, which fragments there are, their deletion files
+    /// and the high-water mark, config, table metadata, bases, the primary key, and the indices but
+    /// the MemWAL entry (an append's build gives that one a new uuid; a delete's may leave out
+    /// indices). Not the fragments' or the schema's other details, which Lance's build may migrate
+    /// (legacy row counts, duplicate field ids).
     async fn debug_check_read_back(&self, read_back: &lance_actions::TableState, head_version: u64) {
         if !cfg!(debug_assertions) {
             return;
@@ -1212,6 +1276,9 @@ impl JudgeAtWrite {
         };
         debug_assert_eq!(read_back.version, stored.version, "the head read back: version");
         debug_assert_eq!(ids(read_back), ids(&stored), "the head read back: fragments");
+        let deletion_files =
+            |s: &lance_actions::TableState| s.fragments.values().map(|f| f.deletion_file.clone()).collect::<Vec<_>>();
+        debug_assert_eq!(deletion_files(read_back), deletion_files(&stored), "the head read back: deletion files");
         debug_assert_eq!(
             (read_back.max_fragment_id, read_back.no_fragment_id_yet),
             (stored.max_fragment_id, stored.no_fragment_id_yet),
@@ -1221,7 +1288,13 @@ impl JudgeAtWrite {
         debug_assert_eq!(read_back.table_metadata, stored.table_metadata, "the head read back: table metadata");
         debug_assert_eq!(read_back.bases, stored.bases, "the head read back: bases");
         debug_assert_eq!(key(read_back), key(&stored), "the head read back: primary key");
-        debug_assert_eq!(indices(read_back), indices(&stored), "the head read back: indices");
+        if self.appended_files.is_some() {
+            debug_assert_eq!(indices(read_back), indices(&stored), "the head read back: indices");
+        } else {
+            // A delete's build may leave out indices that cover no fragment.
+            let stored = indices(&stored);
+            debug_assert!(indices(read_back).iter().all(|i| stored.contains(i)), "the head read back: indices");
+        }
     }
 }
 

@@ -145,7 +145,7 @@ async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed
 #[tokio::test]
 async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let behind = ours_behind(Stage::Append(100..102), Stage::Delete("id = 3")).await;
-    behind.assert_judged_at_the_write(false);
+    behind.assert_judged_at_the_write(true);
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 2 - 1);
     assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
@@ -155,7 +155,7 @@ async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one
 async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_write() {
     // Rows 3 and 20 live in fragments 0 and 2 (8 rows per fragment).
     let behind = ours_behind(Stage::Delete("id = 20"), Stage::Delete("id = 3")).await;
-    behind.assert_judged_at_the_write(false);
+    behind.assert_judged_at_the_write(true);
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold");
     assert!(!seen.contains(&3) && !seen.contains(&20) && seen.contains(&4) && seen.contains(&21));
@@ -395,7 +395,7 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
     stale.action_commit().execute(theirs).await.expect("writer a lands v + 1");
     land_between_judgement_and_put(&uri, Stage::Delete("id = 28"));
     let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
-    assert!(!lost_then_admitted(&report, v).head_read_back, "a delete looks the head up");
+    assert!(lost_then_admitted(&report, v).head_read_back, "behind deletes: the head read back from Lance's manifest");
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 - 3, "every delete holds, no row back");
     assert!(![3, 20, 28].iter().any(|i| seen.contains(i)) && seen.contains(&4) && seen.contains(&21));
@@ -558,6 +558,8 @@ async fn a_delete_given_its_rows_behind_deletes_of_its_fragment_is_merged_by_lan
     assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
     assert_eq!(report.listings(), 0, "Lance's listing was the only one");
     assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
+    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+    assert!(at_write.head_read_back, "the head's vector is the newest writer's: read back, {at_write:?}");
     let (held, named) = vector_held_and_named(&uri, v + 3).await;
     assert!(held.is_some() && held != staged_file, "Lance merged: the table holds a new file, not ours");
     assert!(held == named, "the list names the file the table holds: {held:?} vs {named:?}");
@@ -612,11 +614,14 @@ impl DeleteGivenRows {
 
     /// Commit: it lands in one attempt, Lance's build past the writer admitted at the write. The
     /// table's rows after.
-    async fn lands_at_the_write_in_one_attempt(&self) -> (BTreeSet<i64>, usize) {
+    /// `head_read_back`: whether the judgement read the head back from Lance's manifest.
+    async fn lands_at_the_write_in_one_attempt(&self, head_read_back: bool) -> (BTreeSet<i64>, usize) {
         let (landed, report) = self.commit().await.expect("ours lands");
         assert_eq!(landed.manifest().version, self.v + 2);
         assert_eq!(report.attempts.len(), 1, "{report:?}");
         assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: self.v + 2 }));
+        let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+        assert_eq!(at_write.head_read_back, head_read_back, "how the head was known: {at_write:?}");
         self.scan().await
     }
 }
@@ -628,7 +633,8 @@ impl DeleteGivenRows {
 async fn a_delete_of_two_fragments_behind_a_writer_of_one_is_merged_there_and_kept_as_staged_in_the_other() {
     // Row 3 lives in fragment 0, row 12 in fragment 1, row 1 in fragment 0.
     let behind = delete_given_rows_behind("id IN (3, 12)", Stage::Delete("id = 1")).await;
-    let (seen, total) = behind.lands_at_the_write_in_one_attempt().await;
+    // Behind a delete, the head's files are the writer's: read back.
+    let (seen, total) = behind.lands_at_the_write_in_one_attempt(true).await;
     assert_eq!(total, 32 - 3, "{seen:?}");
     assert!(![1, 3, 12].iter().any(|i| seen.contains(i)) && seen.contains(&2) && seen.contains(&13));
 }
@@ -639,7 +645,8 @@ async fn a_delete_of_two_fragments_behind_a_writer_of_one_is_merged_there_and_ke
 #[tokio::test]
 async fn a_delete_given_its_rows_behind_an_upsert_of_its_fragment_is_merged_at_the_write() {
     let behind = delete_given_rows_behind("id = 3", Stage::Upsert(&[2])).await;
-    let (seen, total) = behind.lands_at_the_write_in_one_attempt().await;
+    // Behind an upsert (Lance's Update, which may change more of a fragment): looked up.
+    let (seen, total) = behind.lands_at_the_write_in_one_attempt(false).await;
     assert_eq!(total, 32 - 1, "key 2 once, row 3 gone: {seen:?}");
     assert!(!seen.contains(&3) && seen.contains(&2));
 }
