@@ -1201,8 +1201,9 @@ impl JudgeAtWrite {
     /// [`JudgeAtWrite::head_read_back`] for a delete that only changes deletion vectors, when every
     /// writer in between is settled by the screen or is itself such a delete:
     /// * Lance builds a delete's manifest from the head by setting the deletion file of each
-    ///   fragment it updates and nothing else (`Operation::Delete` in Lance's manifest build), so the
-    ///   head is that manifest with the head's files on our fragments;
+    ///   fragment it updates (`Operation::Delete` in Lance's manifest build; around the build it may
+    ///   prune indices and migrate a legacy table's statistics, which no vector change reads), so in
+    ///   what the judgement reads the head is that manifest with the head's files on our fragments;
     /// * the head's file of one of our fragments is the attempt head's, as changed by the writers
     ///   in between, in order: a settled writer leaves our fragments' vectors alone, and a delete
     ///   sets the file its committed operation names (what Lance's build of it set);

@@ -729,3 +729,40 @@ async fn the_writers_lances_listing_loaded_are_found_in_the_sessions_cache() {
             .all(|i| seen.contains(i))
     );
 }
+
+/// On a Lance branch, a fragment deleted from before the branch keeps its vector in the parent's
+/// directory, reached through a base (`DeletionFile::base_id`). A delete on the branch, given its
+/// rows, behind a branch writer that deleted another row of that fragment: our rows are checked
+/// against the parent's vector (read through the branch's bases), Lance merges the branch head's
+/// vector with ours, and the judgement at the write admits it in one attempt. The branch holds all
+/// three deletes; main holds only its own.
+#[tokio::test]
+async fn a_delete_on_a_branch_behind_a_delete_of_its_fragment_is_merged_at_the_write_over_the_parents_vector() {
+    let (_dir, uri, ds) = sample().await;
+    // Row 6 (fragment 0) deleted on main before the branch.
+    let on_main = stage_delete(&ds, "main", "id = 6").await.expect("stage on main");
+    ds.action_commit().execute(on_main.txn).await.expect("main's delete lands");
+    let mut main = Dataset::open(&uri).await.expect("open main");
+    let at = main.manifest().version;
+    let branch = Arc::new(main.create_branch("feature", at, None).await.expect("create the branch"));
+    let inherited = branch.manifest().fragments.iter().find(|f| f.id == 0).and_then(|f| f.deletion_file.clone());
+    assert!(inherited.is_some_and(|d| d.base_id.is_some()), "the branch reaches main's vector through a base");
+    let v = branch.manifest().version;
+    let ours = stage_delete(&branch, "ours", "id = 3").await.expect("stage ours on the branch");
+    let theirs = stage_delete(&branch, "theirs", "id = 1").await.expect("stage theirs on the branch");
+    branch.action_commit().execute(theirs.txn).await.expect("theirs lands on the branch");
+    let rows = ours.affected_rows.expect("Lance reports the rows");
+    let (landed, report) =
+        branch.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("ours lands on the branch");
+    assert_eq!(landed.manifest().version, v + 2);
+    assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
+    assert!(at_write.head_read_back, "behind a delete: the head read back, {at_write:?}");
+    let (seen, total) = scan_ids(&landed).await;
+    assert_eq!(total, 32 - 3, "all three deletes hold on the branch: {seen:?}");
+    assert!(![1, 3, 6].iter().any(|i| seen.contains(i)) && seen.contains(&2) && seen.contains(&7));
+    let (on_main, main_total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(main_total, 32 - 1, "main holds its own delete alone: {on_main:?}");
+    assert!(on_main.contains(&1) && on_main.contains(&3) && !on_main.contains(&6));
+}
