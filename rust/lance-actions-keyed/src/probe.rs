@@ -10,7 +10,7 @@ use lance::dataset::fragment::FragReadConfig;
 use lance_table::format::key_existence::KeyValue;
 
 use crate::error::{LanceContext, Result};
-use crate::key::{KeySpec, display_key};
+use crate::key::{FastHash, KeySet, KeySpec, display_key};
 
 /// Up to this many keys are looked up with an `IN` filter (which a scalar index on the key
 /// answers); more are checked against every live row's key, read fragment by fragment.
@@ -27,7 +27,8 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     if wanted.is_empty() || dataset.count_fragments() == 0 {
         return Ok(Vec::new());
     }
-    let mut found = Found { key, wanted: wanted.iter().collect(), found: HashSet::new(), rows: 0 };
+    let mut found =
+        Found { key, wanted: wanted.iter().collect(), found: HashSet::with_hasher(FastHash::default()), rows: 0 };
     match in_list_filter(key, wanted) {
         Some(filter) => keys_matching(dataset, &filter, &mut found).await?,
         None => keys_read_whole(dataset, &mut found).await?,
@@ -38,8 +39,8 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
 /// The wanted keys met so far in the rows read.
 struct Found<'a> {
     key: &'a KeySpec,
-    wanted: HashSet<&'a KeyValue>,
-    found: HashSet<KeyValue>,
+    wanted: KeySet<'a>,
+    found: HashSet<KeyValue, FastHash>,
     /// Rows read so far (numbers the rows in errors).
     rows: usize,
 }

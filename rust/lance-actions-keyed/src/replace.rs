@@ -26,7 +26,7 @@ use lance_table::format::key_existence::KeyValue;
 
 use crate::Progress;
 use crate::error::{Error, LanceContext, Result};
-use crate::key::{duplicates, sample};
+use crate::key::{KeySet, duplicates, sample};
 use crate::probe::present_keys;
 use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
@@ -52,11 +52,11 @@ impl KeyedTable {
     /// stable row ids (whose row ids are not addresses).
     pub async fn replace_at(&mut self, rows: Vec<RecordBatch>, located: Located) -> Result<WriteOutcome> {
         let rows = conform(&rows, &self.arrow_schema)?;
-        let written = self.unique_keys(&rows)?;
+        let written = self.unique_keys(&rows)?.keys;
         let removed = self.key.keys_of_all(&located.keys)?;
         self.check_located(&removed, &located.addresses)?;
         self.verify_addresses(&removed, &located.addresses).await?;
-        let removed_set: HashSet<&KeyValue> = removed.iter().collect();
+        let removed_set: KeySet<'_> = removed.iter().collect();
         let inserted: Vec<KeyValue> = written.iter().filter(|k| !removed_set.contains(k)).cloned().collect();
         let present = present_keys(&self.dataset, &self.key, &inserted).await?;
         if !present.is_empty() {

@@ -13,8 +13,7 @@ use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance_table::format::Fragment;
 
-use crate::error::{ConflictCause, Error, LanceContext, Result};
-use crate::key::{duplicates, sample};
+use crate::error::{Error, LanceContext, Result};
 use crate::table::{KeyedTable, WriteOutcome};
 use crate::write::NewRows;
 
@@ -30,11 +29,7 @@ impl KeyedTable {
     pub async fn insert_fragments(&mut self, fragments: Vec<Fragment>) -> Result<WriteOutcome> {
         self.refresh().await?;
         self.check_staged(&fragments)?;
-        let keys = self.key.keys_of_all(&self.staged_key_columns(&fragments).await?)?;
-        let dups = duplicates(&keys);
-        if !dups.is_empty() {
-            return Err(Error::KeyConflict { keys: sample(&dups), cause: ConflictCause::DuplicateInBatch });
-        }
+        let keys = self.key.unique(self.key.keys_of_all(&self.staged_key_columns(&fragments).await?)?)?;
         self.insert_new_keys(keys, NewRows::Staged(&fragments)).await
     }
 
