@@ -296,6 +296,12 @@ mod tests {
             let lance: Vec<KeyValue> =
                 (0..batch.num_rows()).map(|r| extract_key_value_from_batch(&batch, r, &names).unwrap()).collect();
             assert_eq!(ours, lance, "{}", column.data_type());
+            // A slice reads its own rows, not the buffer's from its start.
+            let sliced = batch.slice(1, 3);
+            let lance_sliced: Vec<KeyValue> =
+                (0..3).map(|r| extract_key_value_from_batch(&sliced, r, &names).unwrap()).collect();
+            assert_eq!(spec(&["id"]).keys_of(&sliced, 0).unwrap(), lance_sliced, "sliced {}", column.data_type());
+            assert_eq!(lance_sliced[..], lance[1..4]);
             let mut fast = Vec::new();
             assert!(
                 visit_integer_keys(column.as_ref(), &mut |k| fast.push(k)),
