@@ -130,8 +130,6 @@ pub struct UniqueKeys {
     pub exact: KeyHashSet,
 }
 
-impl KeySpec {}
-
 /// The keys of a one-column integer key without nulls, read straight from the typed column: what
 /// Lance's `extract_key_value_from_batch` gives row by row (32-bit values widened to 64), without
 /// its per-row column lookup and allocation, which cost a bulk insert of 100K rows milliseconds.
