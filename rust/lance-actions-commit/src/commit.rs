@@ -1021,6 +1021,9 @@ impl JudgeAtWrite {
         if rebased.actions.len() != self.lowered.actions.len() || rebased.context != self.lowered.context {
             return false;
         }
+        let ours = vector_fragment_ids(&self.lowered);
+        let built_fragments = fragments_by_id(&built.fragments, &ours);
+        let attempt_fragments = fragments_by_id(&self.judged_at.manifest().fragments, &ours);
         for (r, l) in rebased.actions.iter().zip(&self.lowered.actions) {
             let (AnyAction::UpdateDeletionVector(r), AnyAction::UpdateDeletionVector(l)) = (r, l) else {
                 if r != l {
@@ -1028,7 +1031,7 @@ impl JudgeAtWrite {
                 }
                 continue;
             };
-            let Some(written) = built.fragments.iter().find(|f| f.id == l.fragment.id) else { return false };
+            let Some(written) = built_fragments.get(&l.fragment.id) else { return false };
             let written = written.deletion_file.as_ref();
             // These two checks (our file kept exactly, or the rows handed equal to the rows checked
             // here) are what keep rows a caller declared, handed to Lance before any check
@@ -1056,7 +1059,7 @@ impl JudgeAtWrite {
             }
             let kept_ours = Some(written) == l.fragment.deletion_file.as_ref();
             let merged_by_lance = !kept_ours && written.read_version == head.version;
-            let attempt_head = self.judged_at.manifest().fragments.iter().find(|f| f.id == l.fragment.id);
+            let attempt_head = attempt_fragments.get(&l.fragment.id);
             let unchanged_since_attempt = attempt_head.is_some_and(|f| f.deletion_file == head_fragment.deletion_file);
             if !(merged_by_lance || kept_ours && unchanged_since_attempt) {
                 return false;
@@ -1221,12 +1224,16 @@ impl JudgeAtWrite {
         {
             return None;
         }
-        let mut files = HashMap::new();
-        for action in &self.lowered.actions {
-            let AnyAction::UpdateDeletionVector(u) = action else { return None };
-            let at_judged = judged.fragments.iter().find(|f| f.id == u.fragment.id)?;
-            files.insert(u.fragment.id, at_judged.deletion_file.clone());
+        if !self.lowered.actions.iter().all(|a| matches!(a, AnyAction::UpdateDeletionVector(_))) {
+            return None;
         }
+        let ours = vector_fragment_ids(&self.lowered);
+        let at_judged = fragments_by_id(&judged.fragments, &ours);
+        if at_judged.len() != ours.len() {
+            return None;
+        }
+        let mut files: HashMap<u64, _> =
+            at_judged.into_iter().map(|(id, fragment)| (id, fragment.deletion_file.clone())).collect();
         for peer in peers.iter().filter(|p| p.version > judged.version) {
             if self.fixed.prepared.rules_out(peer) {
                 continue;
@@ -1321,6 +1328,26 @@ impl Rejudge for JudgeAtWrite {
         }
         admitted
     }
+}
+
+/// The fragments whose deletion vector `txn` changes.
+fn vector_fragment_ids(txn: &ActionTxn) -> HashSet<u64> {
+    txn.actions
+        .iter()
+        .filter_map(|a| match a {
+            AnyAction::UpdateDeletionVector(u) => Some(u.fragment.id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The fragments of `fragments` with these ids, by id: one pass over a manifest's fragments, not
+/// a search of them per action (a manifest may list thousands).
+fn fragments_by_id<'a>(
+    fragments: &'a [lance_table::format::Fragment],
+    ids: &HashSet<u64>,
+) -> HashMap<u64, &'a lance_table::format::Fragment> {
+    fragments.iter().filter(|f| ids.contains(&f.id)).map(|f| (f.id, f)).collect()
 }
 
 /// May the caller set reserved property `key`? Only replay provenance, only on a transaction whose
