@@ -26,7 +26,7 @@ use lance_table::format::key_existence::KeyValue;
 
 use crate::Progress;
 use crate::error::{Error, LanceContext, Result};
-use crate::key::{KeySet, duplicates, sample};
+use crate::key::{KeySet, UniqueKeys, duplicates, sample};
 use crate::probe::present_keys;
 use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
@@ -52,7 +52,7 @@ impl KeyedTable {
     /// stable row ids (whose row ids are not addresses).
     pub async fn replace_at(&mut self, rows: Vec<RecordBatch>, located: Located) -> Result<WriteOutcome> {
         let rows = conform(&rows, &self.arrow_schema)?;
-        let written = self.unique_keys(&rows)?.keys;
+        let UniqueKeys { keys: written, exact: written_hashes } = self.unique_keys(&rows)?;
         let removed = self.key.keys_of_all(&located.keys)?;
         self.check_located(&removed, &located.addresses)?;
         self.verify_addresses(&removed, &located.addresses).await?;
@@ -78,7 +78,7 @@ impl KeyedTable {
             return Ok(outcome);
         }
         let operation = self.stage_replacement(rows, &located.addresses).await?;
-        let txn = self.with_declared_keys(lift(&operation), None, &written)?;
+        let txn = self.with_declared_keys(lift(&operation), None, self.key.inserted_keys_of(written_hashes)?)?;
         let commit = self
             .dataset
             .action_commit()

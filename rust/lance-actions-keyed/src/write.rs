@@ -194,6 +194,11 @@ impl KeyedTable {
 
     async fn merge_chunk(&mut self, chunk: Vec<RecordBatch>, kind: Merge, outcome: &mut WriteOutcome) -> Result<()> {
         let keys = self.key.keys_of_all(&chunk)?;
+        // What the chunk declares is the same on every attempt: built once.
+        let declared = self.key.inserted_keys(match kind {
+            Merge::Upsert => keys.as_slice(),
+            Merge::UpdatePresent => &[],
+        })?;
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
         while let Some(attempt) = attempts.next().await {
@@ -205,12 +210,11 @@ impl KeyedTable {
             if kind == Merge::UpdatePresent && staged.stats.num_updated_rows != keys.len() as u64 {
                 self.refuse_missing(&keys).await?;
             }
-            let declared = match kind {
-                Merge::Upsert => keys.as_slice(),
-                Merge::UpdatePresent => &[],
-            };
-            let txn =
-                self.with_declared_keys(lift(&staged.transaction.operation), staged.inserted_rows_filter, declared)?;
+            let txn = self.with_declared_keys(
+                lift(&staged.transaction.operation),
+                staged.inserted_rows_filter,
+                declared.clone(),
+            )?;
             let mut commit = self.dataset.action_commit();
             if let Some(rows) = staged.affected_rows {
                 commit = commit.with_affected_rows(rows);
@@ -257,14 +261,14 @@ impl KeyedTable {
     /// Attach what the merge declares it may insert. Lance's own filter (inserted keys only) stays
     /// for Lance's resolver when Lance attached one (its v2 path); on its indexed path it attaches
     /// none, and we attach one built from the declared keys, so Lance's resolver and Lance-native
-    /// keyed writers still see them. Our exact set holds every key the merge may insert.
+    /// keyed writers still see them. Our exact set holds every key the merge may insert. `built` is
+    /// [`KeySpec::inserted_keys`] of the declared keys.
     pub(crate) fn with_declared_keys(
         &self,
         mut txn: ActionTxn,
         lance_filter: Option<KeyExistenceFilter>,
-        declared: &[KeyValue],
+        built: InsertedKeys,
     ) -> Result<ActionTxn> {
-        let built = self.key.inserted_keys(declared)?;
         let lance_filter = match lance_filter {
             Some(f) if f.field_ids == self.key.field_ids => Some(f),
             Some(f) => {
