@@ -6,11 +6,14 @@
 //! A re-execution is a Retry verdict handed back to the writer, which re-reads and re-stages.
 //! Each cell is the median of three runs of 50 commits per writer, run in rounds that rotate the ways'
 //! order, each table removed after its run (`compare`: run one way after the other, the second
-//! was measured on a slower machine). The workloads are
+//! was measured on a slower machine). Ours is also compared round by round: the median of the
+//! rounds' ratios with its 95% bootstrap interval (`bench::stats`); an interval that holds 1.0
+//! means the runs do not tell the two ways apart. The workloads are
 //! `lance_actions_commit::bench::commit`, which `lance-actions bench commit` also runs.
 //!
 //! Run: `cargo bench -p lance-actions-benches --bench commit` (`-- --quick`: N = 1, 4 and fewer
-//! commits; `-- --only <workload>` for one workload).
+//! commits; `-- --only <workload>` for one workload; `-- --rounds R` for R rounds instead of three,
+//! which narrows the interval).
 
 use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
 
@@ -25,13 +28,21 @@ async fn main() {
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).and_then(|w| Workload::parse(w));
     let ns: &[i64] = if quick { &[1, 4] } else { &[1, 2, 4, 8] };
     let commits = if quick { 10 } else { 50 };
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .map(|r| r.parse::<usize>().expect("--rounds takes a count"))
+        .unwrap_or(REPEATS);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
     // Warm the page cache, the allocator and Lance's session caches before measuring anything.
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10).await.expect("warm-up");
-    println!("| workload | N | way | commits/s | re-executions/commit | retries/commit | throughput vs lance |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | throughput vs lance | round by round [95%] |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
         Some(w) => vec![w],
         None => Workload::ALL.to_vec(),
@@ -39,14 +50,20 @@ async fn main() {
     for workload in workloads {
         for &n in ns {
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
-            let figures = compare(&root, &ways, workload, n, commits, REPEATS).await.expect("run");
+            let comparison = compare(&root, &ways, workload, n, commits, rounds).await.expect("run");
+            let figures = comparison.medians();
             // Ours is compared with the last Lance way: given the affected rows where Lance takes them.
-            let lance_tput = figures[figures.len() - 2].commits_per_s;
-            for (way, t) in ways.iter().zip(&figures) {
-                let ratio = if *way == Way::Ours { t.commits_per_s / lance_tput } else { 1.0 };
+            let (ours, lance) = (ways.len() - 1, ways.len() - 2);
+            let lance_tput = figures[lance].commits_per_s;
+            for (i, (way, t)) in ways.iter().zip(&figures).enumerate() {
+                let ratio = if i == ours { t.commits_per_s / lance_tput } else { 1.0 };
+                let by_round = match comparison.ratio(ours, lance) {
+                    Some(e) if i == ours => e.display(),
+                    _ => "-".into(),
+                };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {ratio:.2}x |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {ratio:.2}x | {by_round} |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,

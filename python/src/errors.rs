@@ -85,7 +85,7 @@ pub fn commit_error(py: Python<'_>, e: CommitError) -> PyErr {
         CommitError::CommitStatusUnknown { uuid, .. } => {
             raise(py, "CommitStatusUnknown", message, json!({ "uuid": uuid }))
         }
-        CommitError::ReservedProperty { .. } => PyValueError::new_err(message),
+        CommitError::ReservedProperty { .. } | CommitError::StagedElsewhere { .. } => PyValueError::new_err(message),
         CommitError::Layer { source } => layer_error(source),
         CommitError::CommitHandler { .. } | CommitError::Lower { .. } => PyRuntimeError::new_err(message),
     }

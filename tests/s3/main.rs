@@ -65,6 +65,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     requests::an_uncontended_commit_makes_lances_own_requests,
     requests::an_append_behind_writers_costs_what_lances_commit_costs,
     requests::a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs,
+    requests::a_delete_we_staged_behind_deletes_of_its_fragment_makes_exactly_lances_requests,
     requests::a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file,
 ];
 

@@ -4,7 +4,8 @@
 //! attempt: Lance's"). Counted at the relay in front of the server (`server::S3::requests_by_kind`),
 //! on twin tables, for an append and for a delete given its affected rows. Behind writers, an append
 //! judged at the write makes exactly Lance's requests, and a delete behind writers of its fragment
-//! one more (its own staged deletion file).
+//! one more when a caller gave its rows (its own staged deletion file, read to check them), none
+//! when we staged it (`stage_delete`: the rows are Lance's report).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,16 +17,21 @@ use lance_actions_commit::DatasetActionsExt;
 use crate::Ctx;
 use crate::support::{rows, scan, stage_append};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
     Lance,
+    /// Our commit of Lance's staged write, given the rows Lance reported (a caller's word).
     Ours,
+    /// A delete staged by `stage_delete` and committed with `execute_delete` (Lance's own report).
+    OursStaged,
 }
 
 pub async fn an_uncontended_commit_makes_lances_own_requests(cx: &Ctx<'_>) {
-    for (what, delete) in [("append", false), ("delete", true)] {
+    for (what, delete, way) in
+        [("append", false, Way::Ours), ("delete", true, Way::Ours), ("delete-we-staged", true, Way::OursStaged)]
+    {
         let lance = commit_once(cx, &format!("{what}-lance"), Way::Lance, delete).await;
-        let ours = commit_once(cx, &format!("{what}-ours"), Way::Ours, delete).await;
+        let ours = commit_once(cx, &format!("{what}-ours"), way, delete).await;
         assert!(lance.get("PUT manifest") == Some(&1), "{what}: Lance wrote one manifest: {lance:?}");
         assert_eq!(ours, lance, "{what}: ours made other requests than Lance's own commit");
         println!("    {what}: {} requests, as Lance's: {ours:?}", ours.values().sum::<u64>());
@@ -46,11 +52,15 @@ async fn sample_table(cx: &Ctx<'_>, name: &str) -> (String, Vec<(i64, i64)>) {
 async fn commit_once(cx: &Ctx<'_>, name: &str, way: Way, delete: bool) -> BTreeMap<String, u64> {
     let (uri, base) = sample_table(cx, name).await;
     let ds = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
-    let (txn, affected) = if delete {
-        let staged = DeleteBuilder::new(ds.clone(), "id = 3").execute_uncommitted().await.expect("stage a delete");
-        (staged.transaction, staged.affected_rows)
+    // A delete is staged by `stage_delete` (Lance's `DeleteBuilder`) for every way.
+    let staged_delete = if delete {
+        Some(lance_actions_commit::stage_delete(&ds, "id = 3").await.expect("stage a delete"))
     } else {
-        (stage_append(&ds, &[(100, 100)]).await, None)
+        None
+    };
+    let (txn, affected) = match &staged_delete {
+        Some(staged) => (staged.transaction().clone(), staged.affected_rows().cloned()),
+        None => (stage_append(&ds, &[(100, 100)]).await, None),
     };
     let before = cx.s3.requests_by_kind();
     let landed = match way {
@@ -61,12 +71,16 @@ async fn commit_once(cx: &Ctx<'_>, name: &str, way: Way, delete: bool) -> BTreeM
             }
             builder.execute(txn).await.expect("Lance's commit")
         }
-        Way::Ours => {
+        Way::Ours | Way::OursStaged => {
             let mut commit = ds.action_commit();
             if let Some(rows) = affected {
                 commit = commit.with_affected_rows(rows);
             }
-            let (landed, report) = commit.execute(txn).await.expect("our commit");
+            let committed = match staged_delete {
+                Some(staged) if way == Way::OursStaged => commit.execute_delete(staged).await,
+                _ => commit.execute(txn).await,
+            };
+            let (landed, report) = committed.expect("our commit");
             assert_eq!(report.attempts.len(), 1, "{name}: uncontended, one attempt: {report:?}");
             assert_eq!(report.listings(), 0, "{name}: no listing of ours: {report:?}");
             landed
@@ -125,7 +139,8 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
     let before = cx.s3.requests_by_kind();
     let landed = match way {
         Way::Lance => CommitBuilder::new(stale.clone()).execute(txn).await.expect("Lance's commit"),
-        Way::Ours => {
+        // An append has no rows: both of our ways commit it alike.
+        Way::Ours | Way::OursStaged => {
             let (landed, report) = stale.action_commit().execute(txn).await.expect("our commit");
             assert_eq!(report.attempts.len(), 1, "{name}: judged at the write, one attempt: {report:?}");
             let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
@@ -152,7 +167,14 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
 /// head's). Ours makes one request more than Lance: our own staged deletion file, read to check the
 /// rows given against it.
 pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs(cx: &Ctx<'_>) {
-    delete_costs_lances_requests_and(cx, "its fragment", 0, &[("GET deletion", 1)]).await;
+    delete_costs_lances_requests_and(cx, "its fragment", 0, Way::Ours, &[("GET deletion", 1)]).await;
+}
+
+/// The same delete staged by `stage_delete` and committed with `execute_delete`: its rows are
+/// Lance's report of the staging, not a caller's word, so our staged file is not read to check
+/// them, and ours makes exactly Lance's requests (`design/commit.md`, "Rows Lance reported").
+pub async fn a_delete_we_staged_behind_deletes_of_its_fragment_makes_exactly_lances_requests(cx: &Ctx<'_>) {
+    delete_costs_lances_requests_and(cx, "its fragment", 0, Way::OursStaged, &[]).await;
 }
 
 /// Three writers delete rows of fragment 1 after ours (a delete of a row of fragment 0, given its
@@ -160,17 +182,23 @@ pub async fn a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_com
 /// is not read, and the head is read back from the manifest Lance built: ours makes exactly Lance's
 /// requests.
 pub async fn a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file(cx: &Ctx<'_>) {
-    delete_costs_lances_requests_and(cx, "another fragment", 8, &[]).await;
+    delete_costs_lances_requests_and(cx, "another fragment", 8, Way::Ours, &[]).await;
 }
 
-/// Ours and Lance's commit of one delete given its rows, each on a twin table behind three
+/// Ours (`way`) and Lance's commit of one delete given its rows, each on a twin table behind three
 /// writers deleting rows from id `first_id` on (`delete_behind_deletes`): ours makes every request
 /// Lance's makes, and exactly `extra` more.
-async fn delete_costs_lances_requests_and(cx: &Ctx<'_>, writers_of: &str, first_id: i64, extra: &[(&str, u64)]) {
+async fn delete_costs_lances_requests_and(
+    cx: &Ctx<'_>,
+    writers_of: &str,
+    first_id: i64,
+    way: Way,
+    extra: &[(&str, u64)],
+) {
     const WRITERS: i64 = 3;
     let tag = if first_id == 0 { "behind" } else { "beside" };
     let lance = delete_behind_deletes(cx, &format!("delete-{tag}-lance"), Way::Lance, WRITERS, first_id).await;
-    let ours = delete_behind_deletes(cx, &format!("delete-{tag}-ours"), Way::Ours, WRITERS, first_id).await;
+    let ours = delete_behind_deletes(cx, &format!("delete-{tag}-ours"), way, WRITERS, first_id).await;
     let more = crate::server::requests_minus(&ours, &lance);
     let missing = crate::server::requests_minus(&lance, &ours);
     println!("    behind {WRITERS} deletes of {writers_of}: Lance {lance:?}; ours more {more:?}, fewer {missing:?}");
@@ -190,8 +218,8 @@ async fn delete_behind_deletes(
 ) -> BTreeMap<String, u64> {
     let (uri, base) = sample_table(cx, name).await;
     let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
-    let staged = DeleteBuilder::new(stale.clone(), "id = 7").execute_uncommitted().await.expect("stage ours");
-    let rows_given = staged.affected_rows.clone().expect("Lance reports the rows");
+    let staged = lance_actions_commit::stage_delete(&stale, "id = 7").await.expect("stage ours");
+    let rows_given = staged.affected_rows().cloned().expect("Lance reports the rows");
     let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
     for id in first_id..first_id + writers {
         let other = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
@@ -202,16 +230,17 @@ async fn delete_behind_deletes(
     let landed = match way {
         Way::Lance => CommitBuilder::new(stale.clone())
             .with_affected_rows(rows_given)
-            .execute(staged.transaction)
+            .execute(staged.transaction().clone())
             .await
             .expect("Lance's commit"),
-        Way::Ours => {
-            let (landed, report) = stale
-                .action_commit()
-                .with_affected_rows(rows_given)
-                .execute(staged.transaction)
-                .await
-                .expect("our commit");
+        Way::Ours | Way::OursStaged => {
+            let commit = stale.action_commit();
+            let (landed, report) = if way == Way::OursStaged {
+                commit.execute_delete(staged).await
+            } else {
+                commit.with_affected_rows(rows_given).execute(staged.transaction().clone()).await
+            }
+            .expect("our commit");
             assert_eq!(report.attempts.len(), 1, "{name}: judged at the write, one attempt: {report:?}");
             let at_write = report.attempts[0].at_write.as_ref().expect("judged at the write");
             assert_eq!(at_write.peers.len() as i64, writers, "{name}: every writer in between judged");

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Subcommand, ValueEnum};
 use lance_actions_commit::bench::commit::{Throughput, Way, Workload};
+use lance_actions_commit::bench::stats::RatioEstimate;
 use lance_actions_commit::bench::{self, BenchError, check};
 use serde_json::{Value, json};
 
@@ -37,7 +38,7 @@ pub enum BenchCommand {
         workload: WorkloadArg,
         /// Runs per way; the median is reported. Runs go in rounds, Lance's first in the first round,
         /// ours first in the second, and so on: on a busy machine the way run second is measured
-        /// slower.
+        /// slower. The rounds' ratios also give an interval: more rounds narrow it.
         #[arg(long, default_value_t = 2)]
         repeats: usize,
         #[arg(long, help = JSON_HELP)]
@@ -123,7 +124,7 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
     let outcome = side_by_side(&dir, lance_way, workload, writers, ops, repeats).await;
     // The tables are the bench's own: removed whether or not the run completed.
     let removed = bench::remove_tables(&dir).await;
-    let (lance, ours) = outcome.map_err(failure)?;
+    let (lance, ours, estimate) = outcome.map_err(failure)?;
     removed.map_err(failure)?;
     let ratio = ours.commits_per_s / lance.commits_per_s;
     if as_json {
@@ -138,6 +139,8 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
                 "ours": figures(&ours),
                 "lance": lance_json,
                 "ratio": ratio,
+                // Ours over Lance round by round: the median and its 95% bootstrap interval.
+                "ratio_by_round": estimate.map(|e| json!({ "median": e.ratio, "low": e.low, "high": e.high, "rounds": e.pairs })),
             })
         );
         return Ok(());
@@ -146,6 +149,10 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
     print_line(lance_way.name(), &lance);
     print_line("ours", &ours);
     println!("ratio (ours / {}): {ratio:.2}x", lance_way.name());
+    if let Some(e) = estimate {
+        let verdict = if e.differs() { "the runs tell the two apart" } else { "within the spread between runs" };
+        println!("  round by round: median {} over {} round(s), {verdict}", e.display(), e.pairs);
+    }
     Ok(())
 }
 
@@ -158,11 +165,11 @@ async fn side_by_side(
     writers: i64,
     ops: i64,
     repeats: usize,
-) -> Result<(Throughput, Throughput), BenchError> {
-    let figures = bench::commit::compare(dir, &[lance_way, Way::Ours], workload, writers, ops, repeats).await?;
-    match figures.as_slice() {
-        [lance, ours] => Ok((*lance, *ours)),
-        _ => Err(BenchError::Setup { what: format!("expected two ways' figures, got {}", figures.len()) }),
+) -> Result<(Throughput, Throughput, Option<RatioEstimate>), BenchError> {
+    let comparison = bench::commit::compare(dir, &[lance_way, Way::Ours], workload, writers, ops, repeats).await?;
+    match comparison.medians().as_slice() {
+        [lance, ours] => Ok((*lance, *ours, comparison.ratio(1, 0))),
+        other => Err(BenchError::Setup { what: format!("expected two ways' figures, got {}", other.len()) }),
     }
 }
 

@@ -6,6 +6,8 @@
 //!   and re-stages) and our loop's retries (attempts after the first) per commit.
 //! * [`check`]: the cost of judging one committed peer, ours against Lance's
 //!   `TransactionRebase::check_txn` for the same pair.
+//! * [`stats`]: a median ratio with its bootstrap interval, so a report says whether a difference
+//!   is more than the spread between runs.
 //!
 //! Compiled with the `bench` feature only.
 
@@ -16,6 +18,7 @@ use snafu::Snafu;
 
 pub mod check;
 pub mod commit;
+pub mod stats;
 
 /// Why a benchmark run could not complete.
 #[derive(Debug, Snafu)]

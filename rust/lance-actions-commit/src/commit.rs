@@ -29,6 +29,7 @@ use crate::expect_version::{Built, ExpectVersion, Rejudge, WriteRecord};
 use crate::history::{committed_between, peers_of};
 use crate::judge::{attach_affected_rows, attach_restore_targets, table_state};
 use crate::retry::RetryPolicy;
+use crate::staged_delete::StagedDelete;
 
 /// Property key recording the commit's verdict history (one line per attempt).
 pub const HISTORY_KEY: &str = "lance-actions.history";
@@ -131,6 +132,12 @@ pub enum CommitError {
         "cannot commit to {uri} through its own commit handler: {detail}. Pass the handler the dataset was opened with through `with_commit_handler`"
     ))]
     CommitHandler { uri: String, detail: String },
+    /// A delete staged on one table (or branch) handed to the commit of another: its rows would
+    /// name another table's rows.
+    #[snafu(display(
+        "the delete was staged on {staged_on}, not on {committing_to}: stage it on the table it is committed to"
+    ))]
+    StagedElsewhere { staged_on: String, committing_to: String },
     #[snafu(display("{source}"))]
     Layer { source: crate::Error },
     #[snafu(display("cannot express the rebased actions as a Lance operation: {source}"))]
@@ -155,6 +162,9 @@ pub struct ActionCommit {
     dataset: Arc<Dataset>,
     retry: RetryPolicy,
     affected_rows: Option<RowAddrTreeMap>,
+    /// `affected_rows` are Lance's own report of the staging ([`ActionCommit::execute_delete`]),
+    /// not a caller's word: used without reading the deletion files back.
+    rows_trusted: bool,
     properties: HashMap<String, String>,
     handler: Option<Arc<dyn CommitHandler>>,
     uuid: Option<String>,
@@ -174,6 +184,7 @@ impl DatasetActionsExt for Arc<Dataset> {
             dataset: self.clone(),
             retry: RetryPolicy::default(),
             affected_rows: None,
+            rows_trusted: false,
             properties: HashMap::new(),
             handler: None,
             uuid: None,
@@ -194,6 +205,7 @@ impl ActionCommit {
     /// uses them; rows that do not match are replaced by what the files say.
     pub fn with_affected_rows(mut self, rows: RowAddrTreeMap) -> Self {
         self.affected_rows = Some(rows);
+        self.rows_trusted = false;
         self
     }
 
@@ -243,6 +255,26 @@ impl ActionCommit {
         props.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
         let uuid = staged.uuid.clone();
         self.run(staged.read_version, actions, uuid, staged.tag.clone(), props).await
+    }
+
+    /// Commit a delete staged by [`stage_delete`](crate::stage_delete), with the rows Lance reported staging it (any rows
+    /// given with [`ActionCommit::with_affected_rows`] are replaced by those). Unlike rows a caller
+    /// hands in, they are not checked against the staged deletion files: they are Lance's own
+    /// account of the files it just wrote (the new vector is the read version's with exactly these
+    /// rows added), so where a writer of the same fragment landed meanwhile, the judgement reads
+    /// neither our file nor our base's (on an object store, a request each, inside the window
+    /// between Lance's listing and its manifest put when judged at the write;
+    /// `design/commit.md`, "Rows Lance reported").
+    pub async fn execute_delete(mut self, staged: StagedDelete) -> CommitResult<(Dataset, CommitReport)> {
+        if staged.uri != self.dataset.uri() {
+            return Err(CommitError::StagedElsewhere {
+                staged_on: staged.uri,
+                committing_to: self.dataset.uri().to_string(),
+            });
+        }
+        self.rows_trusted = staged.rows.is_some();
+        self.affected_rows = staged.rows;
+        self.execute(staged.transaction).await
     }
 
     /// Commit an action transaction built by hand against `read_version`.
@@ -329,7 +361,7 @@ impl ActionCommit {
             // rows we declare are not trusted by any later reader (`history::trusted`).
             let peers = state.log.peers_through(latest.manifest().version);
             if !peers.is_empty() {
-                state.facts.load_more(&latest, &fixed.base, &txn, peers).await?;
+                state.facts.load_more(&latest, &fixed.base, &txn, peers, fixed.rows_trusted).await?;
             }
             let mut entry = judge_attempt(&fixed, &latest, &state, &mut txn, started).await?;
             entry.listed = listed;
@@ -384,7 +416,8 @@ impl ActionCommit {
         let inner = self.inner_handler().await?;
         let prepared = Prepared::of(&ours);
         debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
-        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner, judged: self.judged })
+        let rows_trusted = self.rows_trusted;
+        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner, judged: self.judged, rows_trusted })
     }
 
     /// The head an attempt stands on, and whether we listed to find it.
@@ -461,6 +494,9 @@ struct Fixed {
     /// The caller judged the actions up to the read version itself
     /// ([`ActionCommit::judged_up_to_read_version`]).
     judged: bool,
+    /// Our vectors' declared rows are Lance's report of their staging ([`StagedDelete`]): used as
+    /// they are, never read back from the files.
+    rows_trusted: bool,
 }
 
 /// The handler our compare-and-swap wrapper ([`ExpectVersion`]) writes through.
@@ -683,7 +719,7 @@ fn drive_on(
     txn: &mut ActionTxn,
 ) -> (Verdict, Vec<PeerCheck>) {
     debug_assert_eq!(head.is_none(), peers.is_empty(), "a head state exactly when there are peers");
-    if !peers.is_empty() {
+    if !peers.is_empty() && !fixed.rows_trusted {
         verify_declared_rows(txn, &fixed.base, facts, peers);
     }
     let head = head.unwrap_or(&fixed.base);
@@ -1126,7 +1162,7 @@ impl JudgeAtWrite {
                 (table_state(&head).await?, false, head)
             }
         };
-        lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers).await?;
+        lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers, self.fixed.rows_trusted).await?;
         let (mut verdict, peers) = drive_on(&self.fixed, Some(&head_state), &lent.log.peers, &lent.facts, &mut txn);
         // With our rows handed, Lance's rebase may have rewritten a vector: the manifest is checked
         // even when our own rebase changed nothing.

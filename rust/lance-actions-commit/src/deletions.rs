@@ -132,22 +132,28 @@ impl DeletionFacts {
     /// transaction touches, plus the base version of each such fragment.
     pub async fn load(dataset: &Arc<Dataset>, base: &TableState, ours: &ActionTxn, peers: &[Peer]) -> Result<Self> {
         let mut facts = Self::default();
-        facts.load_more(dataset, base, ours, peers).await?;
+        facts.load_more(dataset, base, ours, peers, false).await?;
         Ok(facts)
     }
 
-    /// [`DeletionFacts::load`] into this cache: only vectors not read before cost IO.
+    /// [`DeletionFacts::load`] into this cache: only vectors not read before cost IO. With
+    /// `declared_trusted` (rows Lance reported staging the delete, `commit::StagedDelete`), our own
+    /// vectors that declare their rows are not read: the rebase uses the rows as declared, and no
+    /// check compares them with the files.
     pub async fn load_more(
         &mut self,
         dataset: &Arc<Dataset>,
         base: &TableState,
         ours: &ActionTxn,
         peers: &[Peer],
+        declared_trusted: bool,
     ) -> Result<()> {
         let ours_ids = touched_fragments(ours);
         // Our own vector's rows are compared only where a peer touched its fragment.
         let peer_ids = fragments_touched_by(peers);
-        let our_changes = vector_changes(ours).filter(|u| peer_ids.contains(&u.fragment.id));
+        let our_changes = vector_changes(ours)
+            .filter(|u| peer_ids.contains(&u.fragment.id))
+            .filter(|u| !(declared_trusted && u.affected_rows.is_some()));
         let mut wanted: Vec<Fragment> = Vec::new();
         for change in our_changes.chain(compared_peer_changes(peers, &ours_ids)) {
             let fragment = &change.fragment;

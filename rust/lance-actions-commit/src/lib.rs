@@ -23,6 +23,7 @@ pub mod progress;
 pub mod retry;
 #[cfg(feature = "samples")]
 pub mod scenario;
+pub mod staged_delete;
 pub mod storage;
 
 pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};
@@ -30,3 +31,4 @@ pub use error::{Error, Result};
 pub use judge::{Judgement, judge, judge_against};
 pub use oracle::LanceVerdict;
 pub use retry::{Attempts, RetryPolicy};
+pub use staged_delete::{StagedDelete, stage_delete};

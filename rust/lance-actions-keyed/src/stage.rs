@@ -1,5 +1,6 @@
 //! The one module that calls Lance's raw writers (`InsertBuilder`, `MergeInsertBuilder`,
-//! `DeleteBuilder`, `CommitBuilder::new`, a fragment's `extend_deletions`). Everything here only
+//! `DeleteBuilder` through the commit layer's `stage_delete`, `CommitBuilder::new`, a fragment's
+//! `extend_deletions`). Everything here only
 //! *stages*: it writes data and deletion files and returns an uncommitted transaction, which the
 //! caller turns into actions and commits through the driver. The exception is table creation,
 //! which has no base to conflict with.
@@ -14,9 +15,10 @@ use arrow_array::RecordBatch;
 use lance::Dataset;
 use lance::dataset::transaction::{Operation, Transaction};
 use lance::dataset::{
-    CommitBuilder, DeleteBuilder, InsertBuilder, MergeInsertBuilder, UncommittedDelete, UncommittedMergeInsert,
-    WhenMatched, WhenNotMatched, WriteMode, WriteParams,
+    CommitBuilder, InsertBuilder, MergeInsertBuilder, UncommittedMergeInsert, WhenMatched, WhenNotMatched, WriteMode,
+    WriteParams,
 };
+use lance_actions_commit::StagedDelete;
 use lance_table::format::Fragment;
 
 use crate::Progress;
@@ -95,9 +97,10 @@ pub(crate) async fn merge_on_key(
     job.execute_uncommitted_batches(batches).await.lance("staging a merge-insert")
 }
 
-/// Stage a delete of the rows matching `predicate`.
-pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Result<UncommittedDelete> {
-    DeleteBuilder::new(dataset.clone(), predicate).execute_uncommitted().await.lance("staging a delete")
+/// Stage a delete of the rows matching `predicate`, through the commit layer's `DeleteBuilder` run,
+/// whose rows the commit then takes as Lance reported them (`StagedDelete`).
+pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Result<StagedDelete> {
+    lance_actions_commit::stage_delete(dataset, predicate).await.map_err(|source| Error::Commit { source })
 }
 
 /// Delete rows of one fragment by offset: write the fragment's new deletion vector and return the

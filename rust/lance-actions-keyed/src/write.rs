@@ -239,16 +239,13 @@ impl KeyedTable {
             refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let staged = stage::delete_where(&self.dataset, predicate).await?;
-            if staged.num_deleted_rows == 0 {
+            let deleted = staged.num_deleted_rows();
+            if deleted == 0 {
                 return Ok(());
             }
-            let mut commit = self.dataset.action_commit();
-            if let Some(rows) = staged.affected_rows {
-                commit = commit.with_affected_rows(rows);
-            }
-            match judge(commit.execute(staged.transaction).await)? {
+            match judge(self.dataset.action_commit().execute_delete(staged).await)? {
                 Attempt::Landed(landed) => {
-                    outcome.deleted += staged.num_deleted_rows;
+                    outcome.deleted += deleted;
                     self.record(*landed, outcome);
                     return Ok(());
                 }

@@ -11,19 +11,20 @@ use std::time::Instant;
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance::dataset::{
-    CommitBuilder, DeleteBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode,
-    WriteParams,
+    CommitBuilder, InsertBuilder, MergeInsertBuilder, WhenMatched, WhenNotMatched, WriteMode, WriteParams,
 };
 use lance_select::RowAddrTreeMap;
 
+use super::stats::{self, RatioEstimate};
 use super::{BenchError, BenchResult, lance_err};
 use crate::scenario::batch;
-use crate::{CommitError, DatasetActionsExt};
+use crate::{CommitError, DatasetActionsExt, StagedDelete};
 
 /// Who commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Way {
-    /// `action_commit()`, given the affected rows a delete reports.
+    /// `action_commit()`: a delete staged with `stage_delete` (Lance's `DeleteBuilder`) and
+    /// committed with `execute_delete`; an upsert given the affected rows Lance reports.
     Ours,
     /// `CommitBuilder` with its default retries.
     Lance,
@@ -125,9 +126,21 @@ pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Da
 }
 
 /// A staged write and the rows it deleted (what Lance's writers report).
-struct Staged {
-    txn: Transaction,
-    rows: Option<RowAddrTreeMap>,
+/// A staged write: a transaction and the rows Lance reported it deleted, or a delete staged by
+/// `stage_delete` (the same `DeleteBuilder` run), which our way commits with `execute_delete`.
+enum Staged {
+    Write { txn: Transaction, rows: Option<RowAddrTreeMap> },
+    Delete(StagedDelete),
+}
+
+impl Staged {
+    /// The transaction and rows, as Lance's `CommitBuilder` takes them.
+    fn into_parts(self) -> (Transaction, Option<RowAddrTreeMap>) {
+        match self {
+            Staged::Write { txn, rows } => (txn, rows),
+            Staged::Delete(d) => (d.transaction().clone(), d.affected_rows().cloned()),
+        }
+    }
 }
 
 /// A fresh id for writer `w`'s `k`-th new row, disjoint from every other writer's.
@@ -142,15 +155,15 @@ async fn stage_append(ds: &Arc<Dataset>, id: i64) -> BenchResult<Staged> {
         .execute_uncommitted(vec![batch(&[id])?])
         .await
         .map_err(lance_err("staging an append"))?;
-    Ok(Staged { txn, rows: None })
+    Ok(Staged::Write { txn, rows: None })
 }
 
 async fn stage_delete(ds: &Arc<Dataset>, id: i64) -> BenchResult<Staged> {
-    let d = DeleteBuilder::new(ds.clone(), format!("id = {id}"))
-        .execute_uncommitted()
-        .await
-        .map_err(lance_err("staging a delete"))?;
-    Ok(Staged { txn: d.transaction, rows: d.affected_rows })
+    Ok(Staged::Delete(
+        crate::stage_delete(ds, &format!("id = {id}"))
+            .await
+            .map_err(|e| BenchError::Setup { what: format!("staging a delete: {e}") })?,
+    ))
 }
 
 async fn stage_upsert(ds: &Arc<Dataset>, present: i64, new: i64) -> BenchResult<Staged> {
@@ -160,12 +173,12 @@ async fn stage_upsert(ds: &Arc<Dataset>, present: i64, new: i64) -> BenchResult<
     let job = builder.try_build().map_err(lance_err("building an upsert"))?;
     let staged =
         job.execute_uncommitted_batches(vec![batch(&[present, new])?]).await.map_err(lance_err("staging an upsert"))?;
-    Ok(Staged { txn: staged.transaction, rows: staged.affected_rows })
+    Ok(Staged::Write { txn: staged.transaction, rows: staged.affected_rows })
 }
 
 async fn stage_index(ds: &Arc<Dataset>, w: i64) -> BenchResult<Staged> {
     let txn = crate::scenario::stage_btree_index(ds, "v", &format!("v_idx_{w}")).await?;
-    Ok(Staged { txn, rows: None })
+    Ok(Staged::Write { txn, rows: None })
 }
 
 /// Writer `w`'s `k`-th write of `workload`, staged on `ds`.
@@ -192,11 +205,13 @@ enum Landed {
 async fn commit_once(ds: &Arc<Dataset>, way: Way, w: i64, staged: Staged) -> BenchResult<Landed> {
     match way {
         Way::Ours => {
-            let mut c = ds.action_commit().with_max_attempts(100);
-            if let Some(rows) = staged.rows {
-                c = c.with_affected_rows(rows);
-            }
-            match c.execute(staged.txn).await {
+            let c = ds.action_commit().with_max_attempts(100);
+            let committed = match staged {
+                Staged::Delete(d) => c.execute_delete(d).await,
+                Staged::Write { txn, rows: Some(rows) } => c.with_affected_rows(rows).execute(txn).await,
+                Staged::Write { txn, rows: None } => c.execute(txn).await,
+            };
+            match committed {
                 Ok((_, report)) => Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1) }),
                 Err(CommitError::Retry { .. }) => Ok(Landed::Reexecute),
                 Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
@@ -204,10 +219,11 @@ async fn commit_once(ds: &Arc<Dataset>, way: Way, w: i64, staged: Staged) -> Ben
         }
         Way::Lance | Way::LanceAffectedRows => {
             let mut c = CommitBuilder::new(ds.clone());
-            if let (Way::LanceAffectedRows, Some(rows)) = (way, staged.rows) {
+            let (txn, rows) = staged.into_parts();
+            if let (Way::LanceAffectedRows, Some(rows)) = (way, rows) {
                 c = c.with_affected_rows(rows);
             }
-            match c.execute(staged.txn).await {
+            match c.execute(txn).await {
                 Ok(_) => Ok(Landed::Yes { retries: 0 }),
                 Err(
                     lance::Error::RetryableCommitConflict { .. }
@@ -283,15 +299,15 @@ pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits:
     })
 }
 
-/// The figures of each of `ways` (in that order), each the run of median throughput among
-/// `repeats` runs, measured in rounds: round `r` runs every way once, in the order of `ways` rotated
-/// by `r`, each on a fresh table under `dir` that is removed after its run (on any store).
+/// Each of `ways`' runs (in that order), measured in rounds: round `r` runs every way once, in the
+/// order of `ways` rotated by `r`, each on a fresh table under `dir` that is removed after its run
+/// (on any store).
 ///
 /// Rounds, because order matters on a busy machine: run one way's repeats after the other's, the
 /// way run second was measured on a machine still writing back the first way's files, and each
 /// way's figures fell run after run. On this 2-core machine, ours run second measured 0.95x Lance's
 /// on average over the four writer counts, and run first 1.01x (`design/benchmarks.md`, "Run in
-/// rounds").
+/// rounds"). Rounds also pair the ways' runs, which [`Comparison::ratio`] uses.
 pub async fn compare(
     dir: &str,
     ways: &[Way],
@@ -299,7 +315,7 @@ pub async fn compare(
     writers: i64,
     commits: i64,
     repeats: usize,
-) -> BenchResult<Vec<Throughput>> {
+) -> BenchResult<Comparison> {
     let repeats = repeats.max(1);
     let mut runs: Vec<Vec<Throughput>> = vec![Vec::new(); ways.len()];
     for round in 0..repeats {
@@ -312,7 +328,36 @@ pub async fn compare(
             removed?;
         }
     }
-    Ok(runs.into_iter().map(median_throughput).collect())
+    Ok(Comparison { runs })
+}
+
+/// Every run of each way of a [`compare`], round by round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// `runs[way][round]`, ways in the order given to [`compare`]; at least one round (private, so
+    /// only [`compare`] makes one).
+    runs: Vec<Vec<Throughput>>,
+}
+
+impl Comparison {
+    /// Way `way`'s runs, round by round (empty for a way out of range).
+    pub fn runs(&self, way: usize) -> &[Throughput] {
+        self.runs.get(way).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Each way's run of median throughput (single runs on a shared machine vary by tens of
+    /// percent): one run's figures, so its retries and re-executions go with its throughput.
+    pub fn medians(&self) -> Vec<Throughput> {
+        self.runs.iter().map(|runs| median_throughput(runs.clone())).collect()
+    }
+
+    /// Throughput of way `ours` over way `theirs`, round by round: the median ratio and its
+    /// interval ([`stats::paired_ratio`]). `None` for a way out of range.
+    pub fn ratio(&self, ours: usize, theirs: usize) -> Option<RatioEstimate> {
+        let throughput =
+            |way: usize| -> Option<Vec<f64>> { Some(self.runs.get(way)?.iter().map(|t| t.commits_per_s).collect()) };
+        stats::paired_ratio(&throughput(ours)?, &throughput(theirs)?)
+    }
 }
 
 /// The order in which round `round` runs `count` ways (indices): rotated by the round, so over

@@ -164,6 +164,58 @@ async fn honest_declared_rows_still_land_a_row_disjoint_delete() {
     assert_eq!(scan_ids(&landed).await.1, 29);
 }
 
+/// A delete staged by `stage_delete` carries the rows Lance reported, which the commit uses without
+/// reading the deletion files back. Behind a writer of the same fragment, judged both at the write
+/// (from the stale handle: Lance's listing finds the writer) and by the loop before it (from a handle
+/// that already knows the writer), it lands with its rows and the writer's, and no other row goes.
+#[tokio::test]
+async fn a_delete_we_staged_behind_a_writer_of_its_fragment_lands_exactly_its_rows() {
+    for handle_knows_the_writer in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uri = temp_uri(&dir);
+        let ds = create_sample(&uri).await.expect("sample");
+        let ours = lance_actions_commit::stage_delete(&ds, "id IN (1, 2)").await.expect("stage ours");
+        assert_eq!(ours.num_deleted_rows(), 2);
+        let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
+        CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+        let through = if handle_knows_the_writer { latest(&uri).await } else { ds.clone() };
+        let (landed, report) = through.action_commit().execute_delete(ours).await.expect("row-disjoint: lands");
+        assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
+        assert_eq!(report.peers_checked(), 1, "the writer was judged: {report:?}");
+        let at_write = report.attempts[0].at_write.is_some();
+        assert_eq!(at_write, !handle_knows_the_writer, "judged at the write exactly from the stale handle: {report:?}");
+        let (ids, total) = scan_ids(&landed).await;
+        assert!(![1, 2, 3].iter().any(|id| ids.contains(id)), "rows 1, 2, 3 are all gone: {ids:?}");
+        assert!(ids.contains(&0) && ids.contains(&4), "no other row went: {ids:?}");
+        assert_eq!(total, 29, "handle knows the writer: {handle_knows_the_writer}");
+    }
+}
+
+/// A delete staged on one table cannot be committed to another: refused, typed, and neither
+/// table changes.
+#[tokio::test]
+async fn a_delete_staged_on_one_table_is_refused_on_another_and_nothing_is_written() {
+    let (dir_a, dir_b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (uri_a, uri_b) = (temp_uri(&dir_a), temp_uri(&dir_b));
+    let a = create_sample(&uri_a).await.expect("sample a");
+    let b = create_sample(&uri_b).await.expect("sample b");
+    let staged = lance_actions_commit::stage_delete(&a, "id = 1").await.expect("stage on a");
+    let err = b.action_commit().execute_delete(staged).await.expect_err("a's delete on b");
+    match &err {
+        CommitError::StagedElsewhere { staged_on, committing_to } => {
+            assert!(staged_on.contains(dir_a.path().to_str().expect("utf-8")), "{err}");
+            assert!(committing_to.contains(dir_b.path().to_str().expect("utf-8")), "{err}");
+        }
+        other => panic!("expected StagedElsewhere, got {other}"),
+    }
+    assert!(err.to_string().contains("stage it on the table it is committed to"), "{err}");
+    for (uri, ds) in [(&uri_a, &a), (&uri_b, &b)] {
+        let now = latest(uri).await;
+        assert_eq!(now.manifest().version, ds.manifest().version, "nothing landed on {uri}");
+        assert_eq!(scan_ids(&now).await.1, 32, "every row of {uri} is there");
+    }
+}
+
 /// A commit handler that writes through the real one, then answers "conflict" and cannot read the
 /// version back: the answer of a manifest write that landed is lost (as on an object store whose
 /// conditional PUT response was dropped and retried).
