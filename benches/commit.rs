@@ -7,7 +7,7 @@
 //! Each cell is the median of three runs of 50 commits per writer, run in rounds that rotate the ways'
 //! order, each table removed after its run (`compare`: run one way after the other, the second
 //! was measured on a slower machine). Ours is also compared round by round: the median of the
-//! rounds' ratios with its 95% bootstrap interval (`bench::stats`); an interval that holds 1.0
+//! rounds' ratios with its 95% interval from 6 rounds on (`bench::stats`); an interval that holds 1.0
 //! means the runs do not tell the two ways apart. The workloads are
 //! `lance_actions_commit::bench::commit`, which `lance-actions bench commit` also runs.
 //!

@@ -37,6 +37,7 @@ from .errors import (
 __all__ = [
     "configure_storage",
     "commit",
+    "delete",
     "judge",
     "explain",
     "log",
@@ -47,6 +48,7 @@ __all__ = [
     "Graph",
     "GraphMergeResult",
     "CommitReport",
+    "Deleted",
     "Judgement",
     "WriteOutcome",
     "ReplayResult",
@@ -149,6 +151,45 @@ def commit(
     doc, schema, ids = transaction_json(txn)
     report = json.loads(_native.commit(uri, doc, schema, ids, max_attempts))
     return CommitReport(report["version"], report["read_version"], report["attempts"])
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What ``delete`` did.
+
+    Attributes
+    ----------
+    rows : int
+        Rows deleted.
+    report : CommitReport or None
+        The commit, or ``None`` when no row matched (nothing was committed).
+    """
+
+    rows: int
+    report: Optional[CommitReport]
+
+
+def delete(
+    target: Uri,
+    predicate: str,
+    *,
+    max_attempts: Optional[int] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+) -> Deleted:
+    """Delete the rows matching ``predicate`` (SQL, as ``LanceDataset.delete``) through the driver.
+
+    The delete is staged with Lance's own ``DeleteBuilder`` on the latest version and committed
+    through the action driver, which takes the rows as Lance reported them: writers deleting
+    disjoint rows at once, even of one fragment, all land, where pylance's ``delete`` would
+    re-execute. Raises ``Retry`` (another writer deleted or changed one of these rows: run it
+    again), ``Fail``, or ``CommitStatusUnknown``; a predicate Lance cannot read raises and
+    nothing is written.
+    """
+    uri = _located(target, storage_options)
+    d = json.loads(_native.delete(uri, predicate, max_attempts))
+    r = d["report"]
+    report = None if r is None else CommitReport(r["version"], r["read_version"], r["attempts"])
+    return Deleted(d["deleted"], report)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,31 @@ pub fn commit(
     Ok(report_json(&report).to_string())
 }
 
+/// Delete the rows matching `predicate` through the driver, staged with Lance's `DeleteBuilder` on
+/// the latest version (`stage_delete`): the commit takes the rows as Lance reported them, so
+/// concurrent deletes of disjoint rows, even of one fragment, all land. `{"deleted", "report"}` as
+/// JSON; `report` is null when no row matched (nothing is committed).
+#[pyfunction]
+#[pyo3(signature = (uri, predicate, max_attempts=None))]
+pub fn delete(py: Python<'_>, uri: String, predicate: String, max_attempts: Option<usize>) -> PyResult<String> {
+    let work = async move {
+        let latest = open_latest(&uri).await?;
+        let staged = lance_actions_commit::stage_delete(&latest, &predicate).await.map_err(Failure::Commit)?;
+        let deleted = staged.num_deleted_rows();
+        if deleted == 0 {
+            return Ok((0, None));
+        }
+        let mut builder = latest.action_commit();
+        if let Some(n) = max_attempts {
+            builder = builder.with_max_attempts(n);
+        }
+        let (_, report) = builder.execute_delete(staged).await.map_err(Failure::Commit)?;
+        Ok((deleted, Some(report)))
+    };
+    let (deleted, report) = block_on(py, work)?.map_err(|f: Failure| f.into_py(py))?;
+    Ok(json!({"deleted": deleted, "report": report.as_ref().map(report_json)}).to_string())
+}
+
 /// Each peer's check as data.
 fn peers_json(peers: &[PeerCheck]) -> Vec<Value> {
     peers

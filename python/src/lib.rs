@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure_storage, m)?)?;
     m.add_function(wrap_pyfunction!(history::commit, m)?)?;
+    m.add_function(wrap_pyfunction!(history::delete, m)?)?;
     m.add_function(wrap_pyfunction!(history::judge, m)?)?;
     m.add_function(wrap_pyfunction!(history::explain, m)?)?;
     m.add_function(wrap_pyfunction!(history::log, m)?)?;

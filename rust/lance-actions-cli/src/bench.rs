@@ -139,8 +139,14 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
                 "ours": figures(&ours),
                 "lance": lance_json,
                 "ratio": ratio,
-                // Ours over Lance round by round: the median and its 95% bootstrap interval.
-                "ratio_by_round": estimate.map(|e| json!({ "median": e.ratio, "low": e.low, "high": e.high, "rounds": e.pairs })),
+                // Ours over Lance round by round: the median and its 95% interval.
+                // (`low` and `high` are null below 6 rounds: too few for a 95% interval.)
+                "ratio_by_round": estimate.map(|e| json!({
+                    "median": e.ratio,
+                    "low": e.interval.map(|i| i.0),
+                    "high": e.interval.map(|i| i.1),
+                    "rounds": e.pairs,
+                })),
             })
         );
         return Ok(());
@@ -150,8 +156,12 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
     print_line("ours", &ours);
     println!("ratio (ours / {}): {ratio:.2}x", lance_way.name());
     if let Some(e) = estimate {
-        let verdict = if e.differs() { "the runs tell the two apart" } else { "within the spread between runs" };
-        println!("  round by round: median {} over {} round(s), {verdict}", e.display(), e.pairs);
+        let verdict = match e.interval {
+            None => "",
+            Some(_) if e.differs() => ", the runs tell the two apart",
+            Some(_) => ", within the spread between runs",
+        };
+        println!("  round by round: median {} over {} round(s){verdict}", e.display(), e.pairs);
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 //!   and re-stages) and our loop's retries (attempts after the first) per commit.
 //! * [`check`]: the cost of judging one committed peer, ours against Lance's
 //!   `TransactionRebase::check_txn` for the same pair.
-//! * [`stats`]: a median ratio with its bootstrap interval, so a report says whether a difference
+//! * [`stats`]: a median ratio with its 95% interval, so a report says whether a difference
 //!   is more than the spread between runs.
 //!
 //! Compiled with the `bench` feature only.

@@ -100,7 +100,14 @@ pub(crate) async fn merge_on_key(
 /// Stage a delete of the rows matching `predicate`, through the commit layer's `DeleteBuilder` run,
 /// whose rows the commit then takes as Lance reported them (`StagedDelete`).
 pub(crate) async fn delete_where(dataset: &Arc<Dataset>, predicate: &str) -> Result<StagedDelete> {
-    lance_actions_commit::stage_delete(dataset, predicate).await.map_err(|source| Error::Commit { source })
+    use lance_actions_commit::CommitError;
+    lance_actions_commit::stage_delete(dataset, predicate).await.map_err(|e| match e {
+        // Lance's own refusal stays what it was for a keyed write: a Lance error saying what failed.
+        CommitError::Layer { source: lance_actions_commit::Error::Lance { what, source } } => {
+            Error::Lance { what, source }
+        }
+        source => Error::Commit { source },
+    })
 }
 
 /// Delete rows of one fragment by offset: write the fragment's new deletion vector and return the

@@ -1,43 +1,55 @@
-//! How sure a ratio is: a median ratio with a bootstrap interval, so that a bench can say whether
-//! "1.05x" is a difference or the spread between runs.
+//! How sure a ratio is: the median of paired ratios with a distribution-free 95% interval, so that
+//! a bench can say whether "1.05x" is a difference or the spread between runs.
 //!
 //! On a small shared machine single runs of one way vary by tens of percent (`design/benchmarks.md`),
 //! and a median of three runs moves by as much between two runs of one build. A ratio alone cannot
 //! tell a goal of 1.0x met from missed; its interval can: when the interval holds 1.0, the runs do
 //! not tell the two ways apart. Ratios are paired by round (both ways ran in the same round, on the
-//! same machine state), and the interval is the percentile bootstrap of the median: seeded, so a
-//! report is replayable from its samples.
+//! same machine state).
+//!
+//! The interval is the order-statistic interval of a median (the sign test's): for `n` ratios
+//! sorted, `[r(k), r(n + 1 - k)]` with the largest `k` for which the chance that fewer than `k`
+//! ratios fall below the true median, on either side, is at most 2.5% (binomial, one half). It
+//! assumes nothing of the ratios' distribution but that rounds are independent, and it needs at
+//! least 6 rounds: with 5, even `[min, max]` covers the median only 93.75% of the time, and a
+//! resampling interval would then claim more than the rounds can show.
 
-/// Resamples drawn for an interval.
-const RESAMPLES: usize = 4_000;
-/// Fixed, so that the same samples always give the same interval.
-const SEED: u64 = 0x5eed_1e55_0fb0_0b0d;
-/// The interval's coverage: 2.5% cut off on each side.
+/// Fewer pairs than this give no 95% interval.
+pub const MIN_PAIRS_FOR_INTERVAL: usize = 6;
+/// Each tail's chance, at most.
 const TAIL: f64 = 0.025;
 
-/// A median ratio of ours to theirs and its 95% bootstrap interval.
+/// A median ratio of ours to theirs, with its 95% interval when there are pairs enough.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RatioEstimate {
     pub ratio: f64,
-    pub low: f64,
-    pub high: f64,
+    /// `(low, high)`; `None` below [`MIN_PAIRS_FOR_INTERVAL`] pairs.
+    pub interval: Option<(f64, f64)>,
     /// Pairs (rounds) the estimate rests on.
     pub pairs: usize,
 }
 
 impl RatioEstimate {
-    /// Does the interval leave out 1.0, so that the runs tell the two ways apart?
+    /// Does the interval leave out 1.0, so that the runs tell the two ways apart? False without an
+    /// interval.
     pub fn differs(&self) -> bool {
-        self.low > 1.0 || self.high < 1.0
+        self.interval.is_some_and(|(low, high)| low > 1.0 || high < 1.0)
     }
 
-    /// `1.04x [0.97, 1.10]`.
+    /// `1.04x [0.97, 1.10]`, or `1.04x (3 rounds: too few for an interval)`.
     pub fn display(&self) -> String {
-        format!("{:.2}x [{:.2}, {:.2}]", self.ratio, self.low, self.high)
+        match self.interval {
+            Some((low, high)) => format!("{:.2}x [{low:.2}, {high:.2}]", self.ratio),
+            None => format!(
+                "{:.2}x ({} round(s): too few for an interval, {MIN_PAIRS_FOR_INTERVAL} needed)",
+                self.ratio, self.pairs
+            ),
+        }
     }
 }
 
-/// The median of `xs` (the mean of the middle two for an even count); NaN when empty.
+/// The median of `xs` (the mean of the middle two for an even count); NaN when empty. NaNs are
+/// left out.
 pub fn median(xs: &[f64]) -> f64 {
     let mut v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
     if v.is_empty() {
@@ -48,10 +60,10 @@ pub fn median(xs: &[f64]) -> f64 {
     if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
 }
 
-/// The median of the per-round ratios `ours[i] / theirs[i]` and its bootstrap interval. Pairs with a
+/// The median of the per-round ratios `ours[i] / theirs[i]` and its 95% interval. Pairs with a
 /// figure that is not positive and finite are left out; `None` when none is left.
 pub fn paired_ratio(ours: &[f64], theirs: &[f64]) -> Option<RatioEstimate> {
-    let ratios: Vec<f64> = ours
+    let mut ratios: Vec<f64> = ours
         .iter()
         .zip(theirs)
         .filter(|(o, t)| o.is_finite() && t.is_finite() && **o > 0.0 && **t > 0.0)
@@ -60,48 +72,36 @@ pub fn paired_ratio(ours: &[f64], theirs: &[f64]) -> Option<RatioEstimate> {
     if ratios.is_empty() {
         return None;
     }
-    let (low, high) = bootstrap_interval(&ratios);
-    let estimate = RatioEstimate { ratio: median(&ratios), low, high, pairs: ratios.len() };
-    debug_assert!(estimate.low <= estimate.ratio && estimate.ratio <= estimate.high, "{estimate:?}");
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let interval = order_statistic_rank(n).map(|k| (ratios[k - 1], ratios[n - k]));
+    let estimate = RatioEstimate { ratio: median(&ratios), interval, pairs: n };
+    debug_assert!(
+        estimate.interval.is_none_or(|(low, high)| low <= estimate.ratio && estimate.ratio <= high),
+        "{estimate:?}"
+    );
     Some(estimate)
 }
 
-/// The percentile interval of the median over resamples of `xs` drawn with replacement.
-fn bootstrap_interval(xs: &[f64]) -> (f64, f64) {
-    let mut rng = SplitMix(SEED);
-    let mut sample = vec![0.0; xs.len()];
-    let mut medians: Vec<f64> = (0..RESAMPLES)
-        .map(|_| {
-            for slot in sample.iter_mut() {
-                *slot = xs[rng.below(xs.len())];
-            }
-            median(&sample)
-        })
-        .collect();
-    medians.sort_by(f64::total_cmp);
-    let at = |q: f64| medians[((q * (RESAMPLES - 1) as f64).round() as usize).min(RESAMPLES - 1)];
-    // The percentile interval of a median can miss the sample's own median by a hair when the
-    // count is even (the middle two's mean is not always a resampled median): widen to hold it.
-    let point = median(xs);
-    (at(TAIL).min(point), at(1.0 - TAIL).max(point))
-}
-
-/// SplitMix64: small, seeded, good enough to draw resample indices.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+/// The largest `k >= 1` with P(Binomial(n, 1/2) <= k - 1) <= 2.5%: `[r(k), r(n + 1 - k)]` then
+/// covers the median with at least 95%. `None` when even `k = 1` does not (n < 6).
+fn order_statistic_rank(n: usize) -> Option<usize> {
+    // P(X = i) for i = 0, 1, ...: ln C(n, i) - n ln 2, built up term by term (no overflow for any n).
+    let mut ln_p = -(n as f64) * std::f64::consts::LN_2;
+    let mut below = 0.0; // P(X <= k - 1)
+    let mut rank = None;
+    for k in 1..=n.div_ceil(2) {
+        let i = k - 1;
+        if i > 0 {
+            ln_p += ((n - i + 1) as f64 / i as f64).ln();
+        }
+        below += ln_p.exp();
+        if below > TAIL {
+            break;
+        }
+        rank = Some(k);
     }
-
-    /// Uniform in `0..n` (n > 0; the modulo bias is below 2^-50 for any count a bench has).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+    rank
 }
 
 #[cfg(test)]
@@ -117,11 +117,36 @@ mod tests {
     }
 
     #[test]
+    fn the_rank_is_the_sign_tests() {
+        // Known values: n = 6 to 8 take the extremes, 9 to 11 the second, 12 to 14 the third,
+        // 15 and 16 the fourth, 20 the sixth (tables of the sign test's median interval at 95%).
+        let ranks: Vec<Option<usize>> = (1..=16).map(order_statistic_rank).collect();
+        let mut expected = vec![None; 5];
+        expected.extend([1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4].map(Some));
+        assert_eq!(ranks, expected);
+        assert_eq!(order_statistic_rank(20), Some(6));
+        // Large counts stay finite and near n/2 - 0.98 sqrt(n).
+        let k = order_statistic_rank(10_000).expect("a rank") as f64;
+        assert!((k - (5_000.0 - 98.0)).abs() < 3.0, "{k}");
+    }
+
+    #[test]
     fn identical_ways_give_one_with_an_interval_of_one() {
-        let xs = [100.0, 120.0, 90.0, 110.0, 95.0];
+        let xs = [100.0, 120.0, 90.0, 110.0, 95.0, 105.0];
         let e = paired_ratio(&xs, &xs).expect("pairs");
-        assert_eq!((e.ratio, e.low, e.high, e.pairs), (1.0, 1.0, 1.0, 5));
+        assert_eq!((e.ratio, e.interval, e.pairs), (1.0, Some((1.0, 1.0)), 6));
         assert!(!e.differs());
+    }
+
+    #[test]
+    fn too_few_rounds_claim_no_interval_and_no_difference() {
+        // Five rounds all faster: the sign test cannot reach 95% (1/32 on each side is 3.1%).
+        let lance = [100.0, 140.0, 90.0, 120.0, 105.0];
+        let ours: Vec<f64> = lance.iter().map(|l| l * 1.5).collect();
+        let e = paired_ratio(&ours, &lance).expect("pairs");
+        assert_eq!((e.ratio, e.interval), (1.5, None));
+        assert!(!e.differs());
+        assert!(e.display().contains("too few for an interval"), "{}", e.display());
     }
 
     #[test]
@@ -131,24 +156,30 @@ mod tests {
         let ours: Vec<f64> = lance.iter().map(|l| l * 1.2).collect();
         let e = paired_ratio(&ours, &lance).expect("pairs");
         assert!((e.ratio - 1.2).abs() < 1e-9, "{e:?}");
-        assert!(e.differs() && e.low > 1.0, "{e:?}");
+        assert!(e.differs() && e.interval.is_some_and(|(low, _)| low > 1.0), "{e:?}");
         // Ratios scattered on both sides of 1.0: the interval holds it.
         let scattered = [0.8, 1.25, 0.9, 1.1, 0.95, 1.2, 0.85, 1.05, 1.0];
         let ours: Vec<f64> = lance.iter().zip(scattered).map(|(l, r)| l * r).collect();
         let e = paired_ratio(&ours, &lance).expect("pairs");
         assert!(!e.differs(), "{e:?}");
-        assert!(e.low < 1.0 && e.high > 1.0, "{e:?}");
+        assert_eq!(e.interval, Some((0.85, 1.2)), "the second smallest and second largest of nine");
     }
 
     #[test]
-    fn the_interval_holds_the_estimate_and_is_replayable() {
-        let mut rng = SplitMix(7);
-        for n in 1..40 {
-            let ours: Vec<f64> = (0..n).map(|_| 50.0 + (rng.next() % 1000) as f64 / 10.0).collect();
-            let theirs: Vec<f64> = (0..n).map(|_| 50.0 + (rng.next() % 1000) as f64 / 10.0).collect();
+    fn the_interval_holds_the_estimate_for_every_count() {
+        let mut state = 7u64;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            50.0 + (state >> 54) as f64 / 10.0
+        };
+        for n in 1..60 {
+            let ours: Vec<f64> = (0..n).map(|_| next()).collect();
+            let theirs: Vec<f64> = (0..n).map(|_| next()).collect();
             let e = paired_ratio(&ours, &theirs).expect("pairs");
-            assert!(e.low <= e.ratio && e.ratio <= e.high, "n = {n}: {e:?}");
-            assert_eq!(paired_ratio(&ours, &theirs), Some(e), "seeded: the same samples, the same interval");
+            assert_eq!(e.interval.is_some(), n >= MIN_PAIRS_FOR_INTERVAL, "n = {n}");
+            if let Some((low, high)) = e.interval {
+                assert!(low <= e.ratio && e.ratio <= high, "n = {n}: {e:?}");
+            }
         }
     }
 

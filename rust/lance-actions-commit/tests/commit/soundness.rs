@@ -191,6 +191,63 @@ async fn a_delete_we_staged_behind_a_writer_of_its_fragment_lands_exactly_its_ro
     }
 }
 
+/// On a table with stable row ids (Lance maps the rows it matched from ids to addresses), a delete
+/// staged here that removes a whole fragment (ids 24 to 31) and rows of another (1 and 2), behind a
+/// writer that deleted row 3 of that other fragment: Lance's reported rows for fragment 0 are the
+/// vector's new rows exactly, the removed fragment's rows ride on the fragment's removal, and every
+/// delete holds.
+#[tokio::test]
+async fn a_delete_we_staged_on_a_stable_row_id_table_removing_a_fragment_lands_exactly_its_rows() {
+    use lance::dataset::{InsertBuilder, WriteMode, WriteParams};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let params = WriteParams {
+        mode: WriteMode::Create,
+        max_rows_per_file: 8,
+        enable_stable_row_ids: true,
+        ..Default::default()
+    };
+    let ids: Vec<i64> = (0..32).collect();
+    let batch = lance_actions_commit::scenario::batch(&ids).expect("rows");
+    let ds =
+        Arc::new(InsertBuilder::new(uri.as_str()).with_params(&params).execute(vec![batch]).await.expect("create"));
+    assert!(ds.manifest().uses_stable_row_ids(), "the table uses stable row ids");
+    let ours = lance_actions_commit::stage_delete(&ds, "id IN (1, 2) OR id >= 24").await.expect("stage ours");
+    assert_eq!(ours.num_deleted_rows(), 10);
+    let Operation::Delete { deleted_fragment_ids, updated_fragments, .. } = &ours.transaction().operation else {
+        panic!("a delete")
+    };
+    assert_eq!((deleted_fragment_ids.len(), updated_fragments.len()), (1, 1), "one fragment goes, one is updated");
+    let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
+    CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+    let (landed, report) = ds.action_commit().execute_delete(ours).await.expect("row-disjoint: lands");
+    assert_eq!(report.attempts.len(), 1, "{report:?}");
+    let (ids, total) = scan_ids(&landed).await;
+    let expected: Vec<i64> = (0..24).filter(|id| ![1, 2, 3].contains(id)).collect();
+    assert_eq!(ids.iter().copied().collect::<Vec<_>>(), expected, "exactly rows 1, 2, 3 and 24 to 31 are gone");
+    assert_eq!(total, 21);
+}
+
+/// A delete staged on a branch commits on that branch, and is refused on main (another table as
+/// far as its rows go): typed, nothing written there.
+#[tokio::test]
+async fn a_delete_we_staged_on_a_branch_lands_there_and_is_refused_on_main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let ds = create_sample(&uri).await.expect("sample");
+    let mut main = Dataset::open(&uri).await.expect("open main");
+    let at = main.manifest().version;
+    let branch = Arc::new(main.create_branch("feature", at, None).await.expect("create the branch"));
+    let staged = lance_actions_commit::stage_delete(&branch, "id = 5").await.expect("stage on the branch");
+    let refused = ds.action_commit().execute_delete(staged.clone()).await;
+    assert!(matches!(refused, Err(CommitError::StagedElsewhere { .. })), "{refused:?}");
+    assert_eq!(latest(&uri).await.manifest().version, at, "nothing landed on main");
+    let (landed, _) = branch.action_commit().execute_delete(staged).await.expect("lands on the branch");
+    let (ids, total) = scan_ids(&landed).await;
+    assert!(!ids.contains(&5) && total == 31, "the branch lost row 5 only: {ids:?}");
+    assert_eq!(scan_ids(&*latest(&uri).await).await.1, 32, "main keeps every row");
+}
+
 /// A delete staged on one table cannot be committed to another: refused, typed, and neither
 /// table changes.
 #[tokio::test]
