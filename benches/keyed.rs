@@ -47,11 +47,11 @@ use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
 const CHILD_ENV: &str = "KEYED_BENCH_CHILD";
 const CHILD_TAG: &str = "KEYED_CHILD";
 const MIB: f64 = 1024.0 * 1024.0;
-/// Timed runs per way in (c) (after one untimed run each).
-const RUNS_C: usize = 9;
-/// Rounds of (a): one child per way each; nine narrow the round-by-round interval enough to tell
-/// 1.1x from 1.0x on this machine.
-const ROUNDS_A: usize = 9;
+/// Timed runs per way in (c) (after one untimed run each): 21 give the run-by-run interval its
+/// sixth smallest and largest ratios (`bench::stats`).
+const RUNS_C: usize = 21;
+/// Rounds of (a), one child per way each: 15 give the interval the fourth smallest and largest.
+const ROUNDS_A: usize = 15;
 
 // ---------------------------------------------------------------------------------------------
 // Rows, randomness, files
@@ -257,29 +257,41 @@ fn run_child(spec: &str) -> ChildReport {
 }
 
 fn child(spec: &str) {
-    let parts: Vec<&str> = spec.split('|').collect();
-    let ms = runtime().block_on(async {
-        match parts.as_slice() {
-            ["upsert", side, uri, table_rows, ops, key_base, seed] => {
-                child_upsert(
-                    Side::parse(side),
-                    uri,
-                    table_rows.parse().expect("rows"),
-                    ops.parse().expect("ops"),
-                    key_base.parse().expect("key base"),
-                    seed.parse().expect("seed"),
-                )
-                .await
-            }
-            ["insert", side, uri, first, count, warm] => {
-                let (first, count) = (first.parse().expect("first"), count.parse().expect("count"));
-                child_insert(Side::parse(side), uri, first, count, *warm == "warm").await
-            }
-            _ => panic!("unknown child spec {spec}"),
-        }
+    // The runtime's threads carry the way's name (`kb-ours`, `kb-lance`, ...) and the work runs on
+    // them, so that a profile of a whole bench run (`perf record`, then `--comm kb-ours`) tells the
+    // ways apart.
+    let name = format!("kb-{}", spec.split('|').nth(1).unwrap_or("child"));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(name).build().expect("tokio runtime");
+    let spec = spec.to_string();
+    let ms = rt.block_on(async move {
+        let work = tokio::spawn(async move { child_work(&spec).await });
+        work.await.expect("the child's work ran to the end")
     });
     let ms: Vec<String> = ms.iter().map(|m| format!("{m:.3}")).collect();
     println!("{CHILD_TAG} hwm_kb={} file_kb={} ms={}", status_kb("VmHWM"), status_kb("RssFile"), ms.join(","));
+}
+
+/// What the child `spec` names, timed: one figure per timed operation.
+async fn child_work(spec: &str) -> Vec<f64> {
+    let parts: Vec<&str> = spec.split('|').collect();
+    match parts.as_slice() {
+        ["upsert", side, uri, table_rows, ops, key_base, seed] => {
+            child_upsert(
+                Side::parse(side),
+                uri,
+                table_rows.parse().expect("rows"),
+                ops.parse().expect("ops"),
+                key_base.parse().expect("key base"),
+                seed.parse().expect("seed"),
+            )
+            .await
+        }
+        ["insert", side, uri, first, count, warm] => {
+            let (first, count) = (first.parse().expect("first"), count.parse().expect("count"));
+            child_insert(Side::parse(side), uri, first, count, *warm == "warm").await
+        }
+        _ => panic!("unknown child spec {spec}"),
+    }
 }
 
 /// Open once, one untimed warm-up upsert, then `ops` timed upserts of 5 present + 5 new keys.

@@ -215,3 +215,41 @@ def test_bad_input_is_a_typed_error_and_writes_nothing(table, tmp_path):
         assert "\n" not in message and ".rs:" not in message, message
     assert lance.dataset(table).version == 1 and read(table)[1] == 0
     assert not os.path.exists(str(tmp_path / "missing.lance"))
+
+
+def test_delete_of_disjoint_rows_by_concurrent_writers_all_land_and_pylance_reads_the_rest(table):
+    """la.delete: staged by Lance's DeleteBuilder, committed with the rows it reported. Four
+    threads (the native call releases the GIL) each delete five rows of the one fragment, all at
+    once: no Retry, every delete lands, and pylance reads exactly the other rows."""
+    import threading
+
+    outcomes, failures = [], []
+
+    def writer(w):
+        for k in range(5):
+            row = 100 * w + k
+            try:
+                outcomes.append((row, la.delete(table, f"id = {row}")))
+            except Exception as e:  # noqa: BLE001 - any failure fails the test below
+                failures.append((row, repr(e)))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(outcomes) == 20 and all(d.rows == 1 and d.report is not None for _, d in outcomes)
+    versions = sorted(d.report.version for _, d in outcomes)
+    assert versions == list(range(2, 22)), versions
+    deleted = {row for row, _ in outcomes}
+    assert sorted(read(table)) == [i for i in range(1000) if i not in deleted]
+
+
+def test_delete_matching_nothing_commits_nothing_and_a_bad_predicate_writes_nothing(table):
+    d = la.delete(table, "id > 5000")
+    assert (d.rows, d.report) == (0, None)
+    with pytest.raises(Exception) as err:
+        la.delete(table, "no_such_column = 1")
+    assert "no_such_column" in str(err.value), err.value
+    assert lance.dataset(table).version == 1 and len(read(table)) == 1000
