@@ -174,7 +174,12 @@ fn p90(xs: &[f64]) -> f64 {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+    named_runtime("tokio-runtime-worker")
+}
+
+/// A runtime whose threads carry `name` (tokio's default is `tokio-runtime-worker`).
+fn named_runtime(name: &str) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(name).build().expect("tokio runtime")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,7 +266,7 @@ fn child(spec: &str) {
     // them, so that a profile of a whole bench run (`perf record`, then `--comm kb-ours`) tells the
     // ways apart.
     let name = format!("kb-{}", spec.split('|').nth(1).unwrap_or("child"));
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(name).build().expect("tokio runtime");
+    let rt = named_runtime(&name);
     let spec = spec.to_string();
     let ms = rt.block_on(async move {
         let work = tokio::spawn(async move { child_work(&spec).await });

@@ -257,13 +257,13 @@ impl ActionCommit {
         self.run(staged.read_version, actions, uuid, staged.tag.clone(), props).await
     }
 
-    /// Commit a delete staged by [`stage_delete`](crate::stage_delete), with the rows Lance reported staging it (any rows
-    /// given with [`ActionCommit::with_affected_rows`] are replaced by those). Unlike rows a caller
-    /// hands in, they are not checked against the staged deletion files: they are Lance's own
-    /// account of the files it just wrote (the new vector is the read version's with exactly these
-    /// rows added), so where a writer of the same fragment landed meanwhile, the judgement reads
-    /// neither our file nor our base's (on an object store, a request each, inside the window
-    /// between Lance's listing and its manifest put when judged at the write;
+    /// Commit a delete staged by [`stage_delete`](crate::stage_delete), with the rows Lance reported
+    /// staging it (any rows given with [`ActionCommit::with_affected_rows`] are replaced by those).
+    /// Unlike rows a caller hands in, they are not checked against the staged deletion files: they
+    /// are Lance's own account of the files it just wrote (the new vector is the read version's
+    /// with exactly these rows added), so where a writer of the same fragment landed meanwhile, the
+    /// judgement reads neither our file nor our base's (on an object store, a request each, inside
+    /// the window between Lance's listing and its manifest put when judged at the write;
     /// `design/commit.md`, "Rows Lance reported").
     pub async fn execute_delete(mut self, staged: StagedDelete) -> CommitResult<(Dataset, CommitReport)> {
         if staged.uri != self.dataset.uri() {
@@ -1368,13 +1368,7 @@ impl Rejudge for JudgeAtWrite {
 
 /// The fragments whose deletion vector `txn` changes.
 fn vector_fragment_ids(txn: &ActionTxn) -> HashSet<u64> {
-    txn.actions
-        .iter()
-        .filter_map(|a| match a {
-            AnyAction::UpdateDeletionVector(u) => Some(u.fragment.id),
-            _ => None,
-        })
-        .collect()
+    crate::deletions::vector_changes(txn).map(|u| u.fragment.id).collect()
 }
 
 /// The fragments of `fragments` with these ids, by id: one pass over a manifest's fragments, not

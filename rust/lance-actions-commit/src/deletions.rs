@@ -82,7 +82,7 @@ impl RebaseFacts for DeletionFacts {
     }
 }
 
-fn vector_changes(txn: &ActionTxn) -> impl Iterator<Item = &UpdateDeletionVector> {
+pub(crate) fn vector_changes(txn: &ActionTxn) -> impl Iterator<Item = &UpdateDeletionVector> {
     txn.actions.iter().filter_map(|a| match a {
         AnyAction::UpdateDeletionVector(u) => Some(u),
         _ => None,

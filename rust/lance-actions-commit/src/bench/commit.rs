@@ -125,7 +125,6 @@ pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Da
     Ok(Arc::new(ds))
 }
 
-/// A staged write and the rows it deleted (what Lance's writers report).
 /// A staged write: a transaction and the rows Lance reported it deleted, or a delete staged by
 /// `stage_delete` (the same `DeleteBuilder` run), which our way commits with `execute_delete`.
 enum Staged {
@@ -340,11 +339,6 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Way `way`'s runs, round by round (empty for a way out of range).
-    pub fn runs(&self, way: usize) -> &[Throughput] {
-        self.runs.get(way).map(Vec::as_slice).unwrap_or_default()
-    }
-
     /// Each way's run of median throughput (single runs on a shared machine vary by tens of
     /// percent): one run's figures, so its retries and re-executions go with its throughput.
     pub fn medians(&self) -> Vec<Throughput> {

@@ -130,6 +130,13 @@ async fn a_whole_fragment_removal_by_an_update_after_an_overlay_retries() {
     assert_eq!(scan_v(&now).await[&0], Some(777));
 }
 
+/// A writer in between: from `ds` (the version ours was staged on), Lance's own commit of a delete
+/// of row 3 (fragment 0).
+async fn a_peer_deletes_row_3(ds: &Arc<Dataset>) {
+    let peer = stage_delete(ds, "peer", "id = 3").await.expect("stage peer");
+    CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+}
+
 /// Item 16. We delete rows {1, 2} of fragment 0 but declare only {1}; a peer deleted row 3 of the
 /// same fragment. The declared rows are checked against the staged deletion file, so the merged
 /// vector holds 1, 2 and 3.
@@ -139,8 +146,7 @@ async fn declared_rows_are_checked_against_the_staged_deletion_file() {
     let uri = temp_uri(&dir);
     let ds = create_sample(&uri).await.expect("sample");
     let ours = stage_delete(&ds, "ours", "id IN (1, 2)").await.expect("stage ours");
-    let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
-    CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+    a_peer_deletes_row_3(&ds).await;
     let mut declared = RowAddrTreeMap::default();
     declared.insert_bitmap(0, RoaringBitmap::from_iter([1u32]));
     let (landed, _) =
@@ -157,8 +163,7 @@ async fn honest_declared_rows_still_land_a_row_disjoint_delete() {
     let uri = temp_uri(&dir);
     let ds = create_sample(&uri).await.expect("sample");
     let ours = stage_delete(&ds, "ours", "id IN (1, 2)").await.expect("stage ours");
-    let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
-    CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+    a_peer_deletes_row_3(&ds).await;
     let rows = ours.affected_rows.clone().expect("Lance reports the rows");
     let (landed, _) = ds.action_commit().with_affected_rows(rows).execute(ours.txn).await.expect("lands");
     assert_eq!(scan_ids(&landed).await.1, 29);
@@ -176,8 +181,7 @@ async fn a_delete_we_staged_behind_a_writer_of_its_fragment_lands_exactly_its_ro
         let ds = create_sample(&uri).await.expect("sample");
         let ours = lance_actions_commit::stage_delete(&ds, "id IN (1, 2)").await.expect("stage ours");
         assert_eq!(ours.num_deleted_rows(), 2);
-        let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
-        CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+        a_peer_deletes_row_3(&ds).await;
         let through = if handle_knows_the_writer { latest(&uri).await } else { ds.clone() };
         let (landed, report) = through.action_commit().execute_delete(ours).await.expect("row-disjoint: lands");
         assert_eq!(report.attempts.len(), 1, "no second attempt: {report:?}");
@@ -218,8 +222,7 @@ async fn a_delete_we_staged_on_a_stable_row_id_table_removing_a_fragment_lands_e
         panic!("a delete")
     };
     assert_eq!((deleted_fragment_ids.len(), updated_fragments.len()), (1, 1), "one fragment goes, one is updated");
-    let peer = stage_delete(&ds, "peer", "id = 3").await.expect("stage peer");
-    CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
+    a_peer_deletes_row_3(&ds).await;
     let (landed, report) = ds.action_commit().execute_delete(ours).await.expect("row-disjoint: lands");
     assert_eq!(report.attempts.len(), 1, "{report:?}");
     let (ids, total) = scan_ids(&landed).await;
