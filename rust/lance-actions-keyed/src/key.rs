@@ -92,13 +92,18 @@ impl KeySpec {
     /// What the write declares it may insert: our exact hash set plus Lance's own filter, so that
     /// both our driver and Lance's resolver (and Lance-native writers) see the keys.
     pub fn inserted_keys(&self, keys: &[KeyValue]) -> Result<InsertedKeys> {
-        self.inserted_keys_of(self.hash_set(keys))
+        self.inserted_keys_of(keys, self.hash_set(keys))
     }
 
-    /// [`KeySpec::inserted_keys`] of the keys whose exact set this is: Lance's filter is built from
-    /// the same hashes (inserting a hash twice sets no other bit).
-    pub fn inserted_keys_of(&self, exact: KeyHashSet) -> Result<InsertedKeys> {
-        let lance_filter = lance_filter_of(self.field_ids.clone(), exact.hashes())?;
+    /// [`KeySpec::inserted_keys`] of `keys`, whose exact set `exact` is. Lance's filter is an exact
+    /// set of Lance's own key hashes up to [`EXACT_LANCE_FILTER_MAX_KEYS`] keys, and its bloom
+    /// filter, built from `exact`'s hashes (inserting a hash twice sets no other bit), above.
+    pub fn inserted_keys_of(&self, keys: &[KeyValue], exact: KeyHashSet) -> Result<InsertedKeys> {
+        let lance_filter = if keys.len() <= EXACT_LANCE_FILTER_MAX_KEYS {
+            lance_exact_filter_of(self.field_ids.clone(), keys)
+        } else {
+            lance_filter_of(self.field_ids.clone(), exact.hashes())?
+        };
         Ok(InsertedKeys { lance_filter: Some(lance_filter), exact: Some(exact) })
     }
 
@@ -149,6 +154,25 @@ fn visit_integer_keys(column: &dyn Array, visit: &mut impl FnMut(KeyValue)) -> b
         _ => return false,
     }
     true
+}
+
+/// Up to this many keys, the filter a keyed write attaches for Lance's resolver is Lance's exact
+/// set (about 10 bytes a key) rather than its bloom filter (32 KiB however few keys it holds, which
+/// a commit writes twice, in its transaction file and its manifest: what kept a 10-row upsert
+/// slower than Lance's own, `design/benchmarks.md`, "What a keyed commit writes").
+///
+/// Lance 14 compares two exact sets exactly, and an exact set with a bloom filter as intersecting;
+/// so a Lance-native merge-insert on its bloom path committing beside ours retries where its bloom
+/// filter might have told the two apart. At a thousand keys per side it cannot: two bloom filters
+/// are compared bitmap against bitmap, and disjoint sets of that size always intersect
+/// (`fencing.rs` pins this on Lance 14.0.2). Our own driver tests our exact set key by key against
+/// a Lance-native bloom filter (`InsertedKeys::may_intersect`), so that direction loses nothing.
+pub const EXACT_LANCE_FILTER_MAX_KEYS: usize = 1024;
+
+/// Lance's exact-set key filter over `keys`: each key's `KeyValue::hash_value`, the hash Lance
+/// compares exact sets by.
+fn lance_exact_filter_of(field_ids: Vec<i32>, keys: &[KeyValue]) -> KeyExistenceFilter {
+    KeyExistenceFilter { field_ids, filter: FilterType::ExactSet(keys.iter().map(KeyValue::hash_value).collect()) }
 }
 
 /// Lance's key filter over keys with these hashes ([`hash_key`]): what its
@@ -321,13 +345,16 @@ mod tests {
         }
     }
 
-    /// Our Lance filter is the one Lance's builder makes from the same keys, for every kind of key.
+    /// Our Lance filter is the one Lance makes from the same keys, for every kind of key: its exact
+    /// set up to [`EXACT_LANCE_FILTER_MAX_KEYS`] keys, its builder's bloom filter above.
     #[test]
     fn lances_filter_is_built_from_the_hashes() {
         use lance_table::format::key_existence::KeyExistenceFilterBuilder;
         let sets: Vec<Vec<KeyValue>> = vec![
             vec![],
             (0..20_000).map(KeyValue::Int64).collect(),
+            (0..1_025).map(|v| KeyValue::String(format!("s{v}"))).collect(),
+            (0..1_024).map(KeyValue::Int64).collect(),
             (0..300u64).map(|v| KeyValue::UInt64(v * 7919)).collect(),
             (0..500).map(|v| KeyValue::String(format!("key-{v}"))).collect(),
             vec![KeyValue::Binary(vec![1, 2, 3])],
@@ -337,13 +364,19 @@ mod tests {
                 .collect(),
         ];
         for keys in sets {
-            let mut lance = KeyExistenceFilterBuilder::new(vec![3, 4]);
-            for key in &keys {
-                lance.insert(key.clone()).unwrap();
-            }
             let ours = spec(&["a", "b"]);
             let ours = KeySpec { field_ids: vec![3, 4], ..ours }.inserted_keys(&keys).unwrap();
-            assert_eq!(ours.lance_filter, Some(lance.build()), "{} keys", keys.len());
+            let lances = if keys.len() <= EXACT_LANCE_FILTER_MAX_KEYS {
+                let hashes = keys.iter().map(KeyValue::hash_value).collect();
+                KeyExistenceFilter { field_ids: vec![3, 4], filter: FilterType::ExactSet(hashes) }
+            } else {
+                let mut lance = KeyExistenceFilterBuilder::new(vec![3, 4]);
+                for key in &keys {
+                    lance.insert(key.clone()).unwrap();
+                }
+                lance.build()
+            };
+            assert_eq!(ours.lance_filter, Some(lances), "{} keys", keys.len());
             let exact = ours.exact.expect("an exact set");
             assert_eq!(exact.len(), keys.iter().map(hash_key).collect::<HashSet<_>>().len());
         }

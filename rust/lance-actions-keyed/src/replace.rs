@@ -78,7 +78,8 @@ impl KeyedTable {
             return Ok(outcome);
         }
         let operation = self.stage_replacement(rows, &located.addresses).await?;
-        let txn = self.with_declared_keys(lift(&operation), None, self.key.inserted_keys_of(written_hashes)?)?;
+        let txn =
+            self.with_declared_keys(lift(&operation), None, self.key.inserted_keys_of(&written, written_hashes)?)?;
         let commit = self
             .dataset
             .action_commit()

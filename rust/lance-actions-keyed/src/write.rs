@@ -22,7 +22,7 @@ use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
 use lance_table::format::Fragment;
-use lance_table::format::key_existence::{KeyExistenceFilter, KeyValue};
+use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyValue};
 
 use crate::error::{ConflictCause, Error, Result};
 use crate::key::{KeySet, UniqueKeys, sample};
@@ -73,7 +73,7 @@ impl KeyedTable {
     /// A lost key race re-reads the head and names the keys a concurrent writer inserted.
     pub(crate) async fn insert_new_keys(&mut self, keys: UniqueKeys, rows: NewRows<'_>) -> Result<WriteOutcome> {
         let UniqueKeys { keys, exact } = keys;
-        let inserted = self.key.inserted_keys_of(exact)?;
+        let inserted = self.key.inserted_keys_of(&keys, exact)?;
         let mut outcome = WriteOutcome { inserted: keys.len() as u64, ..Default::default() };
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
@@ -255,20 +255,21 @@ impl KeyedTable {
         Err(Error::Contention { attempts: attempts.made(), last })
     }
 
-    /// Attach what the merge declares it may insert. Lance's own filter (inserted keys only) stays
-    /// for Lance's resolver when Lance attached one (its v2 path); on its indexed path it attaches
-    /// none, and we attach one built from the declared keys, so Lance's resolver and Lance-native
-    /// keyed writers still see them. Our exact set holds every key the merge may insert. `built` is
-    /// [`KeySpec::inserted_keys`] of the declared keys.
+    /// Attach what the merge declares it may insert. Our exact set holds every key the merge may
+    /// insert. For Lance's resolver (and Lance-native keyed writers): Lance's exact-set filter of
+    /// the declared keys when they are few (`EXACT_LANCE_FILTER_MAX_KEYS`: a fraction of the size
+    /// of its bloom filter); otherwise Lance's own bloom filter (inserted keys only) when Lance
+    /// attached one (its v2 path), and one built from the declared keys on its indexed path, which
+    /// attaches none. `built` is [`KeySpec::inserted_keys`] of the declared keys.
     pub(crate) fn with_declared_keys(
         &self,
         mut txn: ActionTxn,
         lance_filter: Option<KeyExistenceFilter>,
         built: InsertedKeys,
     ) -> Result<ActionTxn> {
+        let built_exact = matches!(&built.lance_filter, Some(f) if matches!(f.filter, FilterType::ExactSet(_)));
         let lance_filter = match lance_filter {
-            Some(f) if f.field_ids == self.key.field_ids => Some(f),
-            Some(f) => {
+            Some(f) if f.field_ids != self.key.field_ids => {
                 return Err(Error::Lance {
                     what: "staging a keyed merge".into(),
                     source: lance::Error::internal(format!(
@@ -277,7 +278,8 @@ impl KeyedTable {
                     )),
                 });
             }
-            None => built.lance_filter,
+            Some(f) if !built_exact => Some(f),
+            _ => built.lance_filter,
         };
         for action in &mut txn.actions {
             if let AnyAction::AddFragments(add) = action {

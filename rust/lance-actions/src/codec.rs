@@ -79,21 +79,32 @@ pub(crate) fn required<T>(value: Option<T>, what: &str) -> Result<T> {
     value.ok_or_else(|| corrupt(format!("missing {what}")))
 }
 
-/// Encode an action transaction.
+/// Encode an action transaction, whole.
 pub fn encode(txn: &ActionTxn) -> Vec<u8> {
+    to_proto(txn).encode_to_vec()
+}
+
+fn to_proto(txn: &ActionTxn) -> proto::ActionList {
     proto::ActionList {
         format_version: FORMAT_VERSION,
         context: Some(encode_context(&txn.context)),
         actions: txn.actions.iter().map(AnyAction::encode).collect(),
         action_count: Some(txn.actions.len() as u32),
     }
-    .encode_to_vec()
 }
 
 /// Decode an action transaction. Fails on anything not fully understood.
 pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
+    from_proto(parse(bytes)?)
+}
+
+fn parse(bytes: &[u8]) -> Result<proto::ActionList> {
     let list = proto::ActionList::decode(bytes).map_err(|e| corrupt(format!("action list: {e}")))?;
     canonical_length(&list, bytes.len(), "action list")?;
+    Ok(list)
+}
+
+fn from_proto(list: proto::ActionList) -> Result<ActionTxn> {
     match list.format_version {
         0 => return Err(corrupt("missing format version")),
         v if v > FORMAT_VERSION => return Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
@@ -113,17 +124,31 @@ pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
     Ok(ActionTxn { context, actions })
 }
 
-/// Encode for a transaction property value (base64 of the protobuf bytes).
+/// Encode for the transaction property a commit carries next to the lowered operation (base64 of
+/// the protobuf bytes). What that operation carries already is left out and named instead: Lance's
+/// key filter (`AddFragments::leave_filter_to_operation`). [`decode_for_operation`] restores it.
 pub fn encode_property(txn: &ActionTxn) -> String {
-    base64::engine::general_purpose::STANDARD.encode(encode(txn))
+    let mut list = to_proto(txn);
+    for action in &mut list.actions {
+        if let Some(proto::action::Kind::AddFragments(add)) = action.kind.as_mut() {
+            crate::actions::add_fragments::AddFragments::leave_filter_to_operation(add);
+        }
+    }
+    base64::engine::general_purpose::STANDARD.encode(list.encode_to_vec())
 }
 
-/// Decode a transaction property value written by [`encode_property`].
+/// Decode a transaction property value written by [`encode_property`], without its operation: a
+/// key filter left to the operation stays absent (the list then does not lower). A committed list
+/// is read with [`decode_for_operation`].
 pub fn decode_property(value: &str) -> Result<ActionTxn> {
+    from_proto(parse_property(value)?)
+}
+
+fn parse_property(value: &str) -> Result<proto::ActionList> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(value)
         .map_err(|e| corrupt(format!("property is not base64: {e}")))?;
-    decode(&bytes)
+    parse(&bytes)
 }
 
 /// Decode the action list a committed transaction carries and check that it stands for the
@@ -131,9 +156,16 @@ pub fn decode_property(value: &str) -> Result<ActionTxn> {
 /// same manifest coordinates. Payloads a rebase may change (merged deletion files, affected rows)
 /// are not compared; coordinates (fragments, columns, indices, config keys) are.
 pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::Operation) -> Result<ActionTxn> {
-    let txn = decode_property(value)?;
     let committed = OperationKind::of(operation);
     let mismatch = |reason: String| Error::ActionsMismatch { operation: format!("{committed:?}"), reason };
+    let mut list = parse_property(value)?;
+    for action in &mut list.actions {
+        if let Some(proto::action::Kind::AddFragments(add)) = action.kind.as_mut() {
+            crate::actions::add_fragments::AddFragments::take_filter_from_operation(add, operation)
+                .map_err(mismatch)?;
+        }
+    }
+    let txn = from_proto(list)?;
     if txn.context.shell != committed {
         return Err(mismatch(format!("the list is a {:?}", txn.context.shell)));
     }

@@ -5,7 +5,8 @@
 //! 64-bit hash collision: sorted unique xxHash64 values of each key's canonical bytes (the same bytes
 //! and hash Lance's filter uses), intersected by a merge walk.
 
-use lance_table::format::key_existence::KeyExistenceFilter;
+use lance_core::utils::bloomfilter::sbbf::Sbbf;
+use lance_table::format::key_existence::{FilterType, KeyExistenceFilter};
 use xxhash_rust::xxh64::xxh64;
 
 /// An exact set of 64-bit key hashes over the key fields `field_ids` (in key order).
@@ -95,12 +96,24 @@ impl InsertedKeys {
         if let (Some(a), Some(b)) = (&self.exact, &other.exact) {
             return Ok(!a.intersection(b).is_empty());
         }
+        if let Some(answer) = exact_against_bloom(self, other).or_else(|| exact_against_bloom(other, self)) {
+            return answer;
+        }
         match (&self.lance_filter, &other.lance_filter) {
             (Some(a), Some(b)) => a
                 .intersects(b)
                 .map(|(has, _maybe_false_positive)| has)
                 .map_err(|e| format!("key filters cannot be compared: {e}")),
             _ => Err("one side carries only an exact key set, the other only a bloom filter".into()),
+        }
+    }
+
+    /// The bitmap of Lance's bloom filter, when that is all this side declares (a Lance-native
+    /// writer's merge-insert).
+    fn bloom_only(&self) -> Option<&[u8]> {
+        match (&self.exact, self.lance_filter.as_ref().map(|f| &f.filter)) {
+            (None, Some(FilterType::Bloom { bitmap, .. })) => Some(bitmap),
+            _ => None,
         }
     }
 
@@ -112,9 +125,25 @@ impl InsertedKeys {
                 let first: Vec<String> = shared.iter().take(5).map(|h| format!("{h:#018x}")).collect();
                 format!("{} shared key hash(es), first: {}", shared.len(), first.join(", "))
             }
+            (Some(_), None) | (None, Some(_)) if self.bloom_only().or(other.bloom_only()).is_some() => {
+                "a declared key is in the other writer's bloom filter (may be a false positive)".into()
+            }
             _ => "Lance key filters intersect (may be a bloom false positive)".into(),
         }
     }
+}
+
+/// One side's exact set tested key by key against the other side's bloom filter (a Lance-native
+/// writer's), which holds the same xxHash64 of the same canonical bytes: as precise as the filter's
+/// per-key false-positive rate, where comparing two filters bitmap against bitmap finds most
+/// disjoint sets of a hundred keys intersecting. `None` when the sides are not of these shapes.
+fn exact_against_bloom(exact: &InsertedKeys, bloom: &InsertedKeys) -> Option<Result<bool, String>> {
+    let (exact, bitmap) = (exact.exact.as_ref()?, bloom.bloom_only()?);
+    Some(
+        Sbbf::new(bitmap)
+            .map(|filter| exact.hashes().iter().any(|hash| filter.check_hash(*hash)))
+            .map_err(|e| format!("a key filter cannot be read: {e}")),
+    )
 }
 
 #[cfg(test)]
@@ -128,6 +157,38 @@ mod tests {
         let c = KeyHashSet::from_key_bytes(vec![0], [b"2".as_slice(), b"9".as_slice()]);
         assert!(a.intersection(&b).is_empty());
         assert_eq!(a.intersection(&c), vec![hash_key_bytes(b"2")]);
+    }
+
+    /// Lance's bloom filter of `keys` (what a Lance-native merge-insert attaches).
+    fn lance_bloom(keys: impl IntoIterator<Item = i64>) -> InsertedKeys {
+        use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
+        let mut builder = KeyExistenceFilterBuilder::new(vec![0]);
+        for key in keys {
+            builder.insert(KeyValue::Int64(key)).expect("insert");
+        }
+        InsertedKeys::from_lance(builder.build())
+    }
+
+    fn exact(keys: impl IntoIterator<Item = i64>) -> InsertedKeys {
+        let bytes: Vec<Vec<u8>> = keys.into_iter().map(|k| k.to_le_bytes().to_vec()).collect();
+        InsertedKeys {
+            lance_filter: None,
+            exact: Some(KeyHashSet::from_key_bytes(vec![0], bytes.iter().map(|b| &b[..]))),
+        }
+    }
+
+    /// An exact set is tested key by key against a Lance-native bloom filter, either way round:
+    /// disjoint hundreds of keys do not intersect (bitmap against bitmap they nearly always do),
+    /// one shared key does.
+    #[test]
+    fn an_exact_set_is_tested_key_by_key_against_a_lance_bloom_filter() {
+        let theirs = lance_bloom(0..300);
+        assert_eq!(exact(1_000..1_300).may_intersect(&theirs), Ok(false));
+        assert_eq!(theirs.may_intersect(&exact(1_000..1_300)), Ok(false));
+        assert_eq!(exact((1_000..1_300).chain([299])).may_intersect(&theirs), Ok(true));
+        assert_eq!(theirs.may_intersect(&exact([0])), Ok(true));
+        // Two bloom filters: Lance's own bitmap test, which calls these disjoint sets intersecting.
+        assert_eq!(lance_bloom(1_000..1_300).may_intersect(&theirs), Ok(true));
     }
 
     #[test]

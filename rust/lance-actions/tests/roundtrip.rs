@@ -126,6 +126,28 @@ fn sample_txn() -> ActionTxn {
     })
 }
 
+/// The list with every Lance key filter taken out (what a property holds without its operation).
+fn without_lance_filters(txn: &ActionTxn) -> ActionTxn {
+    let mut txn = txn.clone();
+    for action in &mut txn.actions {
+        if let AnyAction::AddFragments(AddFragments { keys: Some(keys), .. }) = action {
+            keys.lance_filter = None;
+        }
+    }
+    txn
+}
+
+/// The keys each `AddFragments` of a list declares, in order.
+fn inserted_keys(txn: &ActionTxn) -> Vec<Option<lance_actions::keys::InsertedKeys>> {
+    txn.actions
+        .iter()
+        .filter_map(|a| match a {
+            AnyAction::AddFragments(add) => Some(add.keys.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn assert_corrupt(result: lance_actions::Result<ActionTxn>, what: &str) {
     match result {
         Err(Error::CorruptEncoding { .. }) => {}
@@ -167,10 +189,17 @@ proptest! {
         prop_assert_eq!(&back, &txn);
         prop_assert_eq!(schema_metadata(txn_schemas(&back)), schema_metadata(txn_schemas(&txn)));
 
+        // The property a commit carries leaves Lance's key filter to the operation beside it: read
+        // alone it lacks exactly the filter, read with that operation the filter is back. (Whole
+        // lists are not compared there: the generator may repeat a fragment id, and a committed
+        // list's deletion files are taken from the operation by id.)
         let property = encode_property(&txn);
-        let from_property = decode_property(&property).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-        prop_assert_eq!(&from_property, &txn);
-        prop_assert_eq!(schema_metadata(txn_schemas(&from_property)), schema_metadata(txn_schemas(&txn)));
+        let alone = decode_property(&property).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(&alone, &without_lance_filters(&txn));
+        prop_assert_eq!(schema_metadata(txn_schemas(&alone)), schema_metadata(txn_schemas(&txn)));
+        let from_property =
+            codec::decode_for_operation(&property, &op).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(inserted_keys(&from_property), inserted_keys(&txn));
 
         // And the decoded list still lowers to the operation it came from.
         let op_back = lowered(&back)?;
@@ -464,4 +493,73 @@ fn property_is_base64_of_the_encoding() {
     assert_eq!(decode_property(&property).expect("decode"), txn);
     assert!(!property.is_empty());
     assert_eq!(codec::PROPERTY_KEY, "lance-actions.v1");
+}
+
+/// A keyed update: ten keys in Lance's default bloom filter, with one new fragment.
+fn keyed_update(inserted_rows_filter: Option<lance_table::format::key_existence::KeyExistenceFilter>) -> Operation {
+    Operation::Update {
+        removed_fragment_ids: vec![],
+        updated_fragments: vec![],
+        new_fragments: vec![Fragment::new(0)],
+        fields_modified: vec![],
+        compacted_sstables: vec![],
+        fields_for_preserving_frag_bitmap: vec![],
+        update_mode: None,
+        inserted_rows_filter,
+        updated_fragment_offsets: None,
+    }
+}
+
+fn ten_key_filter() -> lance_table::format::key_existence::KeyExistenceFilter {
+    use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
+    let mut builder = KeyExistenceFilterBuilder::new(vec![0]);
+    for key in 0..10 {
+        builder.insert(KeyValue::Int64(key)).expect("insert a key");
+    }
+    builder.build()
+}
+
+/// The property a keyed commit carries does not hold a second copy of Lance's key filter (tens of
+/// KiB): it names the operation's, and reading it with that operation gives the whole list back.
+#[test]
+fn a_keyed_property_leaves_the_key_filter_to_the_operation() {
+    let filter = ten_key_filter();
+    let lance_table::format::key_existence::FilterType::Bloom { bitmap, .. } = &filter.filter else {
+        panic!("Lance's builder makes a bloom filter")
+    };
+    let filter_bytes = bitmap.len();
+    let op = keyed_update(Some(filter.clone()));
+    let txn = lift(&op);
+
+    let whole = encode(&txn).len();
+    let property = encode_property(&txn);
+    assert!(whole > filter_bytes, "the whole encoding holds the filter: {whole} bytes, filter {filter_bytes}");
+    assert!(property.len() < 1024, "the property is {} bytes; the filter alone is {filter_bytes}", property.len());
+
+    assert_eq!(codec::decode_for_operation(&property, &op).expect("decodes with its operation"), txn);
+    let alone = decode_property(&property).expect("decodes alone");
+    assert_eq!(alone, without_lance_filters(&txn));
+    assert!(lower(&alone).is_err(), "without the operation's filter the list does not lower");
+}
+
+/// A list that names the operation's key filter is refused beside an operation without one, and a
+/// list that both carries a filter and names the operation's is corrupt, read either way.
+#[test]
+fn a_key_filter_named_but_missing_or_doubled_is_refused() {
+    let op = keyed_update(Some(ten_key_filter()));
+    let property = encode_property(&lift(&op));
+    match codec::decode_for_operation(&property, &keyed_update(None)) {
+        Err(Error::ActionsMismatch { reason, .. }) => assert!(reason.contains("key filter"), "{reason}"),
+        other => panic!("expected ActionsMismatch, got {other:?}"),
+    }
+
+    let mut list = proto::ActionList::decode(encode(&lift(&op)).as_slice()).expect("parses");
+    let Some(proto::action::Kind::AddFragments(add)) = list.actions[0].kind.as_mut() else {
+        panic!("a keyed update lifts to AddFragments first")
+    };
+    add.keys.as_mut().expect("keys").lance_filter_in_operation = true;
+    let doubled = list.encode_to_vec();
+    assert_corrupt(decode(&doubled), "a filter both carried and named");
+    let property = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &doubled);
+    assert!(codec::decode_for_operation(&property, &op).is_err(), "a filter both carried and named");
 }

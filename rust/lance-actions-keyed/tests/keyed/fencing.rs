@@ -114,6 +114,47 @@ async fn our_keyed_insert_and_lance_keyed_merge_insert_conflict_in_both_orders()
     assert!(duplicated(&scan(&latest(&uri).await).await).is_empty());
 }
 
+/// Up to 1,024 keys our write attaches Lance's exact-set filter (a few bytes a key), not its 32 KiB
+/// bloom filter. Against a Lance-native bloom-path merge of disjoint keys committed first, our
+/// driver tests our keys one by one in its filter and lands (two bloom filters of 300 keys would be
+/// judged intersecting); committed the other way round, Lance's resolver compares an exact set with
+/// a bloom filter as intersecting, so Lance's merge retries: the trade `design/fencing.md` §3 states.
+#[tokio::test]
+async fn small_key_sets_carry_lances_exact_filter_and_are_judged_key_by_key_against_its_bloom_filter() {
+    use lance_table::format::key_existence::FilterType;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let table = keyed_table(&uri, &[1]).await;
+    // Lance first, ours second.
+    let base = latest(&uri).await;
+    let theirs = stage_lance_upsert(&base, "id", &(300..600).collect::<Vec<_>>()).await;
+    let mine = stage_keyed_insert(&table, &base, &(600..900).collect::<Vec<_>>()).await;
+    lance_plain(&base, theirs).await.expect("Lance's merge lands");
+    let version = ours(&base, mine).await.expect("disjoint keys: ours lands behind Lance's bloom filter");
+    let landed = Arc::new(latest(&uri).await.checkout_version(version).await.expect("checkout"));
+    let committed = landed.read_transaction().await.expect("read").expect("a transaction");
+    let Operation::Update { inserted_rows_filter: Some(filter), .. } = &committed.operation else {
+        panic!("a keyed insert commits an Update with Lance's filter, not {}", committed.operation)
+    };
+    match &filter.filter {
+        FilterType::ExactSet(hashes) => assert_eq!(hashes.len(), 300),
+        FilterType::Bloom { .. } => panic!("300 keys carry an exact set"),
+    }
+    let rows = scan(&landed).await;
+    assert!(duplicated(&rows).is_empty());
+    assert_eq!(rows.len(), 1 + 300 + 300, "the first row, Lance's 300 and ours");
+    // Ours first, Lance second, disjoint keys: Lance's resolver cannot compare the two kinds.
+    let base = latest(&uri).await;
+    let mine = stage_keyed_insert(&table, &base, &[1_000, 1_001]).await;
+    let theirs = stage_lance_upsert(&base, "id", &[1_002]).await;
+    ours(&base, mine).await.expect("ours lands");
+    assert!(
+        lance_plain(&base, theirs).await.is_err(),
+        "Lance compares an exact set with a bloom filter as intersecting"
+    );
+    assert_eq!(scan(&latest(&uri).await).await.len(), 603, "Lance's refused merge wrote nothing");
+}
+
 #[tokio::test]
 async fn a_plain_lance_append_or_unfiltered_update_committed_first_makes_our_insert_retry() {
     let dir = tempfile::tempdir().expect("tempdir");

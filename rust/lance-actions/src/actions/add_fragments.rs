@@ -222,14 +222,52 @@ impl AddFragments {
                     .exact
                     .as_ref()
                     .map(|e| proto::KeyHashSet { field_ids: e.field_ids.clone(), hashes: e.hashes().to_vec() }),
+                lance_filter_in_operation: false,
             }),
         }
+    }
+
+    /// In the list a commit carries, Lance's key filter is left out and marked as the operation's:
+    /// the lowered `Update` carries the same filter as its `inserted_rows_filter` (see `lower_into`),
+    /// and Lance's default bloom filter is 32 KiB, so writing it twice doubled what each keyed
+    /// commit wrote (`design/benchmarks.md`, "What a keyed commit writes").
+    pub(crate) fn leave_filter_to_operation(p: &mut proto::AddFragments) {
+        if let Some(keys) = p.keys.as_mut()
+            && keys.lance_filter.take().is_some()
+        {
+            keys.lance_filter_in_operation = true;
+        }
+    }
+
+    /// The reverse of [`Self::leave_filter_to_operation`] for a committed list: a filter marked as
+    /// the operation's is taken from the operation. `Err` says why the list and the operation
+    /// disagree (the caller refuses the list).
+    pub(crate) fn take_filter_from_operation(
+        p: &mut proto::AddFragments,
+        operation: &lance_table::transaction::Operation,
+    ) -> std::result::Result<(), String> {
+        let Some(keys) = p.keys.as_mut().filter(|k| k.lance_filter_in_operation) else { return Ok(()) };
+        let lance_table::transaction::Operation::Update { inserted_rows_filter: Some(filter), .. } = operation else {
+            return Err("the list's inserted keys name the operation's key filter, and the operation has none".into());
+        };
+        if keys.lance_filter.is_some() {
+            return Err("the list carries a key filter and also names the operation's".into());
+        }
+        keys.lance_filter =
+            Some(codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(filter)));
+        keys.lance_filter_in_operation = false;
+        Ok(())
     }
 
     pub(crate) fn decode(p: proto::AddFragments) -> Result<Self> {
         let keys = match p.keys {
             None => None,
             Some(k) => {
+                if k.lance_filter_in_operation && k.lance_filter.is_some() {
+                    return Err(codec::corrupt("inserted keys carry a key filter and also name the operation's"));
+                }
+                // Marked as the operation's and decoded without it (`codec::decode_property`): the
+                // keys hold no Lance filter, so the list does not lower until it is restored.
                 let lance_filter = match k.lance_filter {
                     None => None,
                     Some(bytes) => {
