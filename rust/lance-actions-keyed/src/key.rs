@@ -382,6 +382,22 @@ mod tests {
         }
     }
 
+    /// The exact set we attach holds Lance's `KeyValue::hash_value`, which is std's `DefaultHasher`
+    /// (SipHash-1-3 with zero keys over the length-prefixed bytes): std does not promise it stays
+    /// the same across Rust releases. Pinned here, so that a toolchain that changes it fails this
+    /// test before it writes exact sets that Lance's resolver compares against ours built earlier.
+    #[test]
+    fn lances_exact_set_hash_is_pinned() {
+        let golden = [
+            (KeyValue::Int64(1), 12_124_562_064_509_242_066u64),
+            (KeyValue::String("ключ".into()), 11_170_173_189_932_204_163),
+            (KeyValue::Composite(vec![KeyValue::String("a".into()), KeyValue::Int64(2)]), 434_176_473_302_132_771),
+        ];
+        for (key, hash) in golden {
+            assert_eq!(key.hash_value(), hash, "{key:?}");
+        }
+    }
+
     #[test]
     fn unique_keys_refuse_a_key_given_twice_and_carry_their_hashes() {
         let k = |v: i64| KeyValue::Int64(v);

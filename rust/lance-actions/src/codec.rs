@@ -98,6 +98,15 @@ pub fn decode(bytes: &[u8]) -> Result<ActionTxn> {
     from_proto(parse(bytes)?)
 }
 
+/// A list from a newer writer is refused as such before anything else in it is read.
+fn check_format_version(list: &proto::ActionList) -> Result<()> {
+    match list.format_version {
+        0 => Err(corrupt("missing format version")),
+        v if v > FORMAT_VERSION => Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
+        _ => Ok(()),
+    }
+}
+
 fn parse(bytes: &[u8]) -> Result<proto::ActionList> {
     let list = proto::ActionList::decode(bytes).map_err(|e| corrupt(format!("action list: {e}")))?;
     canonical_length(&list, bytes.len(), "action list")?;
@@ -105,11 +114,7 @@ fn parse(bytes: &[u8]) -> Result<proto::ActionList> {
 }
 
 fn from_proto(list: proto::ActionList) -> Result<ActionTxn> {
-    match list.format_version {
-        0 => return Err(corrupt("missing format version")),
-        v if v > FORMAT_VERSION => return Err(Error::NewerFormat { found: v, supported: FORMAT_VERSION }),
-        _ => {}
-    }
+    check_format_version(&list)?;
     let count = required(list.action_count, "action count")?;
     if count as usize != list.actions.len() {
         return Err(corrupt(format!("{} action(s) present, {count} declared", list.actions.len())));
@@ -159,6 +164,7 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
     let committed = OperationKind::of(operation);
     let mismatch = |reason: String| Error::ActionsMismatch { operation: format!("{committed:?}"), reason };
     let mut list = parse_property(value)?;
+    check_format_version(&list)?;
     for action in &mut list.actions {
         if let Some(proto::action::Kind::AddFragments(add)) = action.kind.as_mut() {
             crate::actions::add_fragments::AddFragments::take_filter_from_operation(add, operation)

@@ -99,6 +99,12 @@ impl InsertedKeys {
         if let Some(answer) = exact_against_bloom(self, other).or_else(|| exact_against_bloom(other, self)) {
             return answer;
         }
+        if self.exact.is_some() || other.exact.is_some() {
+            // Our exact set against a side that has only Lance's exact set (a Lance-native or
+            // foreign writer): the two hash their keys differently, and Lance reads a filter of a
+            // kind it does not know as an empty exact set. Nothing can be concluded.
+            return Err("one side carries only our exact key set, the other only Lance's exact set".into());
+        }
         match (&self.lance_filter, &other.lance_filter) {
             (Some(a), Some(b)) => a
                 .intersects(b)
@@ -139,6 +145,10 @@ impl InsertedKeys {
 /// disjoint sets of a hundred keys intersecting. `None` when the sides are not of these shapes.
 fn exact_against_bloom(exact: &InsertedKeys, bloom: &InsertedKeys) -> Option<Result<bool, String>> {
     let (exact, bitmap) = (exact.exact.as_ref()?, bloom.bloom_only()?);
+    if bitmap.is_empty() {
+        // Lance's reader accepts an empty bitmap, and a filter of no blocks cannot be probed.
+        return Some(Err("a key filter has an empty bitmap".into()));
+    }
     Some(
         Sbbf::new(bitmap)
             .map(|filter| exact.hashes().iter().any(|hash| filter.check_hash(*hash)))
@@ -189,6 +199,32 @@ mod tests {
         assert_eq!(theirs.may_intersect(&exact([0])), Ok(true));
         // Two bloom filters: Lance's own bitmap test, which calls these disjoint sets intersecting.
         assert_eq!(lance_bloom(1_000..1_300).may_intersect(&theirs), Ok(true));
+    }
+
+    /// What cannot be compared is an error (a conflict to callers), never a disjoint answer: our
+    /// exact set against only Lance's exact set (another hash; Lance reads a filter kind it does
+    /// not know as an empty exact set), or against a bloom filter with an empty bitmap.
+    #[test]
+    fn our_exact_set_against_only_lances_exact_set_or_an_empty_bitmap_is_unverifiable() {
+        use lance_table::format::key_existence::FilterType;
+        let lance_exact = |hashes: Vec<u64>| {
+            InsertedKeys::from_lance(KeyExistenceFilter {
+                field_ids: vec![0],
+                filter: FilterType::ExactSet(hashes.into_iter().collect()),
+            })
+        };
+        let ours = exact(0..10);
+        assert!(ours.may_intersect(&lance_exact(vec![])).is_err());
+        assert!(lance_exact(vec![1, 2]).may_intersect(&ours).is_err());
+        let empty_bloom = InsertedKeys::from_lance(KeyExistenceFilter {
+            field_ids: vec![0],
+            filter: FilterType::Bloom { bitmap: vec![], num_bits: 0, number_of_items: 8192, probability: 0.00057 },
+        });
+        assert!(ours.may_intersect(&empty_bloom).is_err());
+        assert!(empty_bloom.may_intersect(&ours).is_err());
+        // Two Lance-only sides are judged as Lance judges them.
+        assert_eq!(lance_exact(vec![1]).may_intersect(&lance_exact(vec![2])), Ok(false));
+        assert_eq!(lance_exact(vec![1]).may_intersect(&lance_exact(vec![1, 2])), Ok(true));
     }
 
     #[test]

@@ -529,7 +529,12 @@ fn a_keyed_property_leaves_the_key_filter_to_the_operation() {
     };
     let filter_bytes = bitmap.len();
     let op = keyed_update(Some(filter.clone()));
-    let txn = lift(&op);
+    // As our keyed writes commit it: Lance's filter and our exact set.
+    let mut txn = lift(&op);
+    let AnyAction::AddFragments(AddFragments { keys: Some(keys), .. }) = &mut txn.actions[0] else {
+        panic!("a keyed update lifts to AddFragments with keys first")
+    };
+    keys.exact = Some(lance_actions::keys::KeyHashSet::from_hashes(vec![0], 0..10));
 
     let whole = encode(&txn).len();
     let property = encode_property(&txn);
@@ -562,4 +567,43 @@ fn a_key_filter_named_but_missing_or_doubled_is_refused() {
     assert_corrupt(decode(&doubled), "a filter both carried and named");
     let property = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &doubled);
     assert!(codec::decode_for_operation(&property, &op).is_err(), "a filter both carried and named");
+}
+
+/// A list that carries its key filter (as lists written before the filter was left to the
+/// operation do) is read when the filter is the operation's, and refused when it is not: our driver
+/// and Lance's resolver must judge the same keys.
+#[test]
+fn a_carried_key_filter_must_be_the_operations() {
+    let op = keyed_update(Some(ten_key_filter()));
+    let carried = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, encode(&lift(&op)));
+    assert_eq!(codec::decode_for_operation(&carried, &op).expect("the operation's filter"), lift(&op));
+    let other = {
+        use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
+        let mut builder = KeyExistenceFilterBuilder::new(vec![0]);
+        builder.insert(KeyValue::Int64(99)).expect("insert a key");
+        builder.build()
+    };
+    for committed in [keyed_update(Some(other)), keyed_update(None)] {
+        match codec::decode_for_operation(&carried, &committed) {
+            Err(Error::ActionsMismatch { reason, .. }) => assert!(reason.contains("key filter"), "{reason}"),
+            other => panic!("expected ActionsMismatch, got {other:?}"),
+        }
+    }
+}
+
+/// A list from a newer writer is refused as newer, before its key filter is looked for.
+#[test]
+fn a_newer_list_naming_the_operations_filter_is_refused_as_newer() {
+    let op = keyed_update(Some(ten_key_filter()));
+    let property = encode_property(&lift(&op));
+    let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &property).expect("base64");
+    let mut list = proto::ActionList::decode(bytes.as_slice()).expect("parses");
+    list.format_version = FORMAT_VERSION + 1;
+    let newer = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, list.encode_to_vec());
+    for committed in [op, keyed_update(None)] {
+        match codec::decode_for_operation(&newer, &committed) {
+            Err(Error::NewerFormat { found, .. }) => assert_eq!(found, FORMAT_VERSION + 1),
+            other => panic!("expected NewerFormat, got {other:?}"),
+        }
+    }
 }

@@ -240,23 +240,36 @@ impl AddFragments {
     }
 
     /// The reverse of [`Self::leave_filter_to_operation`] for a committed list: a filter marked as
-    /// the operation's is taken from the operation. `Err` says why the list and the operation
-    /// disagree (the caller refuses the list).
+    /// the operation's is taken from the operation, and a filter the list carries (written before
+    /// the mark existed) must be the operation's, so that our driver and Lance's resolver judge the
+    /// same keys. `Err` says why the list and the operation disagree (the caller refuses the list).
     pub(crate) fn take_filter_from_operation(
         p: &mut proto::AddFragments,
         operation: &lance_table::transaction::Operation,
     ) -> std::result::Result<(), String> {
-        let Some(keys) = p.keys.as_mut().filter(|k| k.lance_filter_in_operation) else { return Ok(()) };
-        let lance_table::transaction::Operation::Update { inserted_rows_filter: Some(filter), .. } = operation else {
-            return Err("the list's inserted keys name the operation's key filter, and the operation has none".into());
+        let Some(keys) = p.keys.as_mut() else { return Ok(()) };
+        let committed = match operation {
+            lance_table::transaction::Operation::Update { inserted_rows_filter, .. } => inserted_rows_filter.as_ref(),
+            _ => None,
         };
-        if keys.lance_filter.is_some() {
-            return Err("the list carries a key filter and also names the operation's".into());
+        match (keys.lance_filter_in_operation, keys.lance_filter.as_deref(), committed) {
+            (true, Some(_), _) => Err("the list carries a key filter and also names the operation's".into()),
+            (true, None, None) => {
+                Err("the list's inserted keys name the operation's key filter, and the operation has none".into())
+            }
+            (true, None, Some(filter)) => {
+                keys.lance_filter =
+                    Some(codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(filter)));
+                keys.lance_filter_in_operation = false;
+                Ok(())
+            }
+            (false, Some(bytes), committed) => match decode_lance_filter(bytes) {
+                Ok(carried) if Some(&carried) == committed => Ok(()),
+                Ok(_) => Err("the list's key filter is not the operation's".into()),
+                Err(e) => Err(e.to_string()),
+            },
+            (false, None, _) => Ok(()),
         }
-        keys.lance_filter =
-            Some(codec::lance_bytes(&lance_table::format::pb::transaction::KeyExistenceFilter::from(filter)));
-        keys.lance_filter_in_operation = false;
-        Ok(())
     }
 
     pub(crate) fn decode(p: proto::AddFragments) -> Result<Self> {
@@ -268,17 +281,7 @@ impl AddFragments {
                 }
                 // Marked as the operation's and decoded without it (`codec::decode_property`): the
                 // keys hold no Lance filter, so the list does not lower until it is restored.
-                let lance_filter = match k.lance_filter {
-                    None => None,
-                    Some(bytes) => {
-                        let pb: lance_table::format::pb::transaction::KeyExistenceFilter =
-                            codec::lance_message(&bytes, "key filter")?;
-                        Some(
-                            KeyExistenceFilter::try_from(&pb)
-                                .map_err(|e| codec::corrupt(format!("key filter: {e}")))?,
-                        )
-                    }
-                };
+                let lance_filter = k.lance_filter.as_deref().map(decode_lance_filter).transpose()?;
                 let exact = k
                     .exact
                     .map(|e| {
@@ -295,6 +298,12 @@ impl AddFragments {
         };
         Ok(Self { fragments: codec::fragments_from(&p.fragments)?, keys })
     }
+}
+
+/// Lance's key filter from its embedded protobuf bytes.
+fn decode_lance_filter(bytes: &[u8]) -> Result<KeyExistenceFilter> {
+    let pb: lance_table::format::pb::transaction::KeyExistenceFilter = codec::lance_message(bytes, "key filter")?;
+    KeyExistenceFilter::try_from(&pb).map_err(|e| codec::corrupt(format!("key filter: {e}")))
 }
 
 impl ActionLife for AddFragments {
