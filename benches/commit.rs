@@ -40,9 +40,9 @@ async fn main() {
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | throughput vs lance | round by round [95%] |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | throughput vs lance | round by round [95%] |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
         Some(w) => vec![w],
         None => Workload::ALL.to_vec(),
@@ -63,11 +63,12 @@ async fn main() {
                 };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {ratio:.2}x | {by_round} |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {ratio:.2}x | {by_round} |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,
-                    t.reexecutions_per_commit
+                    t.reexecutions_per_commit,
+                    t.lost_puts_per_commit
                 );
             }
         }

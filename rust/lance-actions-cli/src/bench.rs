@@ -97,6 +97,7 @@ fn figures(t: &Throughput) -> Value {
         "commits_per_s": t.commits_per_s,
         "reexecutions_per_commit": t.reexecutions_per_commit,
         "retries_per_commit": t.retries_per_commit,
+        "lost_puts_per_commit": t.lost_puts_per_commit,
     })
 }
 
@@ -186,8 +187,8 @@ async fn side_by_side(
 fn print_line(name: &str, t: &Throughput) {
     let retries = t.retries_per_commit.map(|r| format!(", {r:.2} retries/commit")).unwrap_or_default();
     println!(
-        "  {name:<20} {:>8.1} commits/s, {:.2} re-executions/commit{retries}",
-        t.commits_per_s, t.reexecutions_per_commit
+        "  {name:<20} {:>8.1} commits/s, {:.2} re-executions/commit{retries}, {:.2} lost puts/commit",
+        t.commits_per_s, t.reexecutions_per_commit, t.lost_puts_per_commit
     );
 }
 

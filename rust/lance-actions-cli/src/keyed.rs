@@ -221,11 +221,19 @@ fn read_json(path: &Path, schema: SchemaRef, strict: bool) -> Result<Vec<RecordB
 }
 
 /// arrow-json converts what it can: `9.5` in an integer column becomes 9 and `"13"` becomes 13. A
-/// value that does not fit its column exactly is refused here instead, with its line (counted from
-/// 1) and column, before anything is written.
+/// value that does not fit its column exactly is refused here instead, with its line (lines are
+/// counted from 1) and column, before anything is written. So is a line with no value for a column
+/// that cannot be null (every key column), which arrow-json reports as an unmasked null.
 fn check_json_values(path: &Path, schema: &Schema) -> Result<(), Failure> {
     for (line, object) in json_lines(path)? {
         for field in schema.fields() {
+            if !field.is_nullable() && object.get(field.name()).is_none_or(serde_json::Value::is_null) {
+                return Err(Failure::input(format!(
+                    "{}: line {line}: no value for column '{}', which cannot be null (no key column can); nothing was written",
+                    path.display(),
+                    field.name()
+                )));
+            }
             if let Some(v) = object.get(field.name())
                 && !fits(v, field.data_type())
             {

@@ -29,6 +29,10 @@ fn bench_commit_json_reports_both_ways_and_their_ratio_and_removes_its_tables() 
     assert_eq!(v["ours"]["reexecutions_per_commit"].as_f64(), Some(0.0), "{v}");
     assert!(v["lance"]["reexecutions_per_commit"].as_f64().is_some(), "{v}");
     assert_eq!(v["lance"]["way"], "lance+affected_rows", "deletes are compared with Lance given the rows");
+    for way in ["ours", "lance"] {
+        let lost = v[way]["lost_puts_per_commit"].as_f64();
+        assert!(lost.is_some_and(|l| l >= 0.0), "{way} reports its lost manifest puts: {v}");
+    }
     let ratio = v["ratio"].as_f64().expect("ratio");
     assert!((ratio - ours / lance).abs() < 1e-9, "ratio is ours / lance: {v}");
     // The default two rounds, paired: a median ratio, and no interval (6 rounds are needed).
@@ -49,6 +53,8 @@ fn bench_commit_prints_both_figures_and_the_ratio() {
     assert!(out.contains("workload append, 1 writer(s) x 2 commit(s)"), "{out}");
     assert!(out.contains("lance ") && out.contains("ours ") && out.contains("ratio (ours / lance):"), "{out}");
     assert!(out.contains("retries/commit"), "our retries are shown: {out}");
+    // One writer has nobody to lose a manifest put to, either way.
+    assert_eq!(out.matches(", 0.00 lost puts/commit").count(), 2, "{out}");
     assert!(out.contains("round by round: median ") && out.contains("too few for an interval"), "{out}");
 }
 

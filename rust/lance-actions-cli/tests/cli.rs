@@ -303,18 +303,29 @@ fn keyed_bad_input_files_are_one_line_errors() {
     let extra = jsonl(dir.path(), "extra.jsonl", &[r#"{"id": 5, "nme": "e"}"#]);
     let wrong_type = jsonl(dir.path(), "type.jsonl", &[r#"{"id": "five", "name": "e"}"#]);
     let ipc = jsonl(dir.path(), "fake.arrow", &[r#"{"id": 5}"#]);
-    for (input, expect) in [
-        (&missing, "absent.jsonl"),
-        (&malformed, "bad.jsonl"),
-        (&extra, "nme"),
-        (&wrong_type, "five"),
-        (&ipc, "Arrow IPC"),
+    let no_key = jsonl(dir.path(), "nokey.jsonl", &[r#"{"id": 6, "name": "f"}"#, r#"{"name": "e"}"#]);
+    let null_key = jsonl(dir.path(), "nullkey.jsonl", &[r#"{"id": null, "name": "e"}"#]);
+    let no_value = "line 2: no value for column 'id', which cannot be null";
+    for (command, input, expect) in [
+        ("insert", &missing, "absent.jsonl"),
+        ("insert", &malformed, "bad.jsonl"),
+        ("insert", &extra, "nme"),
+        ("insert", &wrong_type, "five"),
+        ("insert", &ipc, "Arrow IPC"),
+        ("insert", &no_key, no_value),
+        ("upsert", &no_key, no_value),
+        ("delete", &no_key, no_value),
+        ("delete", &null_key, "line 1: no value for column 'id'"),
     ] {
-        let (code, out, err) = run_code(&["keyed", "insert", &uri, "--input", input]);
-        assert_eq!(code, Some(1), "{input}: {out} {err}");
-        assert!(err.starts_with("error: ") && err.contains(expect), "{input}: {err}");
+        let (code, out, err) = run_code(&["keyed", command, &uri, "--input", input]);
+        assert_eq!(code, Some(1), "{command} {input}: {out} {err}");
+        assert!(err.starts_with("error: ") && err.contains(expect), "{command} {input}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+    // Nothing was written: key 6, on the good first line of the refused files, is absent.
+    let six = jsonl(dir.path(), "six.jsonl", &[r#"{"id": 6, "name": "g"}"#]);
+    let (code, out, err) = run_code(&["keyed", "update", &uri, "--input", &six]);
+    assert_ne!(code, Some(0), "key 6 was never written: {out} {err}");
     let (code, _, err) = run_code(&["keyed", "create", &format!("{uri}2"), "--key", "id", "--input", &malformed]);
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");

@@ -6,6 +6,7 @@
 //!   and re-stages) and our loop's retries (attempts after the first) per commit.
 //! * [`check`]: the cost of judging one committed peer, ours against Lance's
 //!   `TransactionRebase::check_txn` for the same pair.
+//! * [`lost_puts`]: manifest puts lost to another writer, counted the same way for both.
 //! * [`stats`]: a median ratio with its 95% interval, so a report says whether a difference
 //!   is more than the spread between runs.
 //!
@@ -18,6 +19,7 @@ use snafu::Snafu;
 
 pub mod check;
 pub mod commit;
+pub mod lost_puts;
 pub mod stats;
 
 /// Why a benchmark run could not complete.

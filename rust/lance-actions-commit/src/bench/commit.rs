@@ -15,6 +15,7 @@ use lance::dataset::{
 };
 use lance_select::RowAddrTreeMap;
 
+use super::lost_puts::CountingPuts;
 use super::stats::{self, RatioEstimate};
 use super::{BenchError, BenchResult, lance_err};
 use crate::scenario::batch;
@@ -94,6 +95,10 @@ pub struct Throughput {
     pub reexecutions_per_commit: f64,
     /// Our loop's attempts after the first, per commit (`None` for Lance: it does not report them).
     pub retries_per_commit: Option<f64>,
+    /// Manifest puts the store answered with a conflict, per commit, for every way
+    /// ([`CountingPuts`]): what each way loses to the others, where `retries_per_commit` also counts
+    /// attempts that stopped before the put.
+    pub lost_puts_per_commit: f64,
 }
 
 const ROWS_PER_FRAGMENT: i64 = 64;
@@ -201,10 +206,16 @@ enum Landed {
     Reexecute,
 }
 
-async fn commit_once(ds: &Arc<Dataset>, way: Way, w: i64, staged: Staged) -> BenchResult<Landed> {
+async fn commit_once(
+    ds: &Arc<Dataset>,
+    way: Way,
+    w: i64,
+    staged: Staged,
+    puts: &Arc<CountingPuts>,
+) -> BenchResult<Landed> {
     match way {
         Way::Ours => {
-            let c = ds.action_commit().with_max_attempts(100);
+            let c = ds.action_commit().with_commit_handler(puts.clone()).with_max_attempts(100);
             let committed = match staged {
                 Staged::Delete(d) => c.execute_delete(d).await,
                 Staged::Write { txn, rows: Some(rows) } => c.with_affected_rows(rows).execute(txn).await,
@@ -217,7 +228,7 @@ async fn commit_once(ds: &Arc<Dataset>, way: Way, w: i64, staged: Staged) -> Ben
             }
         }
         Way::Lance | Way::LanceAffectedRows => {
-            let mut c = CommitBuilder::new(ds.clone());
+            let mut c = CommitBuilder::new(ds.clone()).with_commit_handler(puts.clone());
             let (txn, rows) = staged.into_parts();
             if let (Way::LanceAffectedRows, Some(rows)) = (way, rows) {
                 c = c.with_affected_rows(rows);
@@ -243,13 +254,20 @@ struct WriterTotals {
 }
 
 /// One writer: `commits` logical writes, each re-staged on a Retry.
-async fn writer(uri: String, way: Way, workload: Workload, w: i64, commits: i64) -> BenchResult<WriterTotals> {
+async fn writer(
+    uri: String,
+    way: Way,
+    workload: Workload,
+    w: i64,
+    commits: i64,
+    puts: Arc<CountingPuts>,
+) -> BenchResult<WriterTotals> {
     let mut totals = WriterTotals::default();
     for k in 0..commits {
         loop {
             let ds = Arc::new(crate::storage::open(&uri).await.map_err(lance_err("opening the bench table"))?);
             let staged = stage(&ds, workload, w, k, commits).await?;
-            match commit_once(&ds, way, w, staged).await? {
+            match commit_once(&ds, way, w, staged, &puts).await? {
                 Landed::Yes { retries } => {
                     totals.retries += retries;
                     break;
@@ -281,9 +299,10 @@ pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits:
         });
     }
     create(uri, writers, commits).await?;
+    let puts = CountingPuts::for_uri(uri).await?;
     let start = Instant::now();
     let handles: Vec<_> =
-        (0..writers).map(|w| tokio::spawn(writer(uri.to_string(), way, workload, w, commits))).collect();
+        (0..writers).map(|w| tokio::spawn(writer(uri.to_string(), way, workload, w, commits, puts.clone()))).collect();
     let mut totals = WriterTotals::default();
     for h in handles {
         let t = h.await.map_err(|e| BenchError::Setup { what: format!("a writer task ended abnormally: {e}") })??;
@@ -295,6 +314,7 @@ pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits:
         commits_per_s: total / start.elapsed().as_secs_f64(),
         reexecutions_per_commit: totals.reexecutions as f64 / total,
         retries_per_commit: (way == Way::Ours).then_some(totals.retries as f64 / total),
+        lost_puts_per_commit: puts.lost() as f64 / total,
     })
 }
 
