@@ -18,13 +18,11 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use futures::stream::BoxStream;
 use lance_io::object_store::ObjectStore;
 use lance_table::format::{IndexMetadata, Manifest, Transaction};
 use lance_table::io::commit::{
     CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter, PredecessorIdentity,
 };
-use object_store::ObjectStore as OSObjectStore;
 use object_store::path::Path;
 
 /// What happened at the manifest write.
@@ -147,69 +145,7 @@ impl ExpectVersion {
     }
 }
 
-#[async_trait::async_trait]
-impl CommitHandler for ExpectVersion {
-    fn is_version_not_found_definitive(&self) -> bool {
-        self.inner.is_version_not_found_definitive()
-    }
-
-    fn propagate_commit_error_after_success(&self) -> bool {
-        self.inner.propagate_commit_error_after_success()
-    }
-
-    async fn resolve_latest_location(
-        &self,
-        base_path: &Path,
-        object_store: &ObjectStore,
-    ) -> lance_core::Result<ManifestLocation> {
-        self.inner.resolve_latest_location(base_path, object_store).await
-    }
-
-    async fn resolve_version_location(
-        &self,
-        base_path: &Path,
-        version: u64,
-        object_store: &dyn OSObjectStore,
-    ) -> lance_core::Result<ManifestLocation> {
-        self.inner.resolve_version_location(base_path, version, object_store).await
-    }
-
-    async fn version_exists(
-        &self,
-        base_path: &Path,
-        version: u64,
-        object_store: &dyn OSObjectStore,
-        naming_scheme: ManifestNamingScheme,
-    ) -> lance_core::Result<bool> {
-        self.inner.version_exists(base_path, version, object_store, naming_scheme).await
-    }
-
-    fn list_detached_manifest_locations<'a>(
-        &self,
-        base_path: &Path,
-        object_store: &'a ObjectStore,
-    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
-        self.inner.list_detached_manifest_locations(base_path, object_store)
-    }
-
-    fn list_manifest_locations<'a>(
-        &self,
-        base_path: &Path,
-        object_store: &'a ObjectStore,
-        sorted_descending: bool,
-    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
-        self.inner.list_manifest_locations(base_path, object_store, sorted_descending)
-    }
-
-    fn list_manifest_locations_since<'a>(
-        &self,
-        base_path: &Path,
-        object_store: &'a ObjectStore,
-        since_version: u64,
-    ) -> BoxStream<'a, lance_core::Result<ManifestLocation>> {
-        self.inner.list_manifest_locations_since(base_path, object_store, since_version)
-    }
-
+crate::handler_around::commit_handler_around!(ExpectVersion, inner, {
     async fn commit(
         &self,
         manifest: &mut Manifest,
@@ -236,27 +172,6 @@ impl CommitHandler for ExpectVersion {
         }
         self.note(&result, version, &gate);
         result
-    }
-
-    fn supports_predecessor_condition(&self) -> bool {
-        self.inner.supports_predecessor_condition()
-    }
-
-    async fn resolve_latest_identity(
-        &self,
-        base_path: &Path,
-        object_store: &ObjectStore,
-    ) -> lance_core::Result<Option<PredecessorIdentity>> {
-        self.inner.resolve_latest_identity(base_path, object_store).await
-    }
-
-    async fn resolve_identity(
-        &self,
-        base_path: &Path,
-        object_store: &ObjectStore,
-        version: u64,
-    ) -> lance_core::Result<Option<PredecessorIdentity>> {
-        self.inner.resolve_identity(base_path, object_store, version).await
     }
 
     async fn commit_after(
@@ -296,12 +211,4 @@ impl CommitHandler for ExpectVersion {
         self.note(&result, version, &gate);
         result
     }
-
-    async fn forget_version(&self, base_path: &Path, version: u64, identity: &str) -> lance_core::Result<()> {
-        self.inner.forget_version(base_path, version, identity).await
-    }
-
-    async fn delete(&self, base_path: &Path) -> lance_core::Result<()> {
-        self.inner.delete(base_path).await
-    }
-}
+});

@@ -12,6 +12,7 @@ pub mod crash;
 pub mod deletions;
 pub mod error;
 pub mod expect_version;
+mod handler_around;
 pub mod history;
 pub mod hooks;
 pub mod json;
