@@ -18,12 +18,8 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use lance_io::object_store::ObjectStore;
 use lance_table::format::{IndexMetadata, Manifest, Transaction};
-use lance_table::io::commit::{
-    CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter, PredecessorIdentity,
-};
-use object_store::path::Path;
+use lance_table::io::commit::{CommitError, CommitHandler, ManifestLocation};
 
 /// What happened at the manifest write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +124,24 @@ impl ExpectVersion {
         });
     }
 
+    /// Before a put: refuse a manifest the gate refuses, so nothing is written.
+    async fn before_put(&self, built: Built<'_>) -> Result<Gate, CommitError> {
+        let gate = self.gate(built).await;
+        if let Gate::Refused(refusal) = gate {
+            return Err(refusal);
+        }
+        crate::crash::point("after-transaction-file");
+        Ok(gate)
+    }
+
+    /// After a put: record what happened at it.
+    fn after_put(&self, result: &Result<ManifestLocation, CommitError>, version: u64, gate: Gate) {
+        if result.is_ok() {
+            crate::crash::point("after-manifest");
+        }
+        self.note(result, version, &gate);
+    }
+
     /// Only `expected`, or a later version the rejudge admits. Lance builds versions in order, so a
     /// version below `expected` means a listing behind ours: refused without asking.
     async fn gate(&self, built: Built<'_>) -> Gate {
@@ -145,70 +159,4 @@ impl ExpectVersion {
     }
 }
 
-crate::handler_around::commit_handler_around!(ExpectVersion, inner, {
-    async fn commit(
-        &self,
-        manifest: &mut Manifest,
-        indices: Option<Vec<IndexMetadata>>,
-        base_path: &Path,
-        object_store: &ObjectStore,
-        manifest_writer: ManifestWriter,
-        naming_scheme: ManifestNamingScheme,
-        transaction: Option<Transaction>,
-    ) -> Result<ManifestLocation, CommitError> {
-        let built = Built { manifest: &*manifest, indices: indices.as_deref(), transaction: transaction.as_ref() };
-        let gate = self.gate(built).await;
-        if let Gate::Refused(refusal) = gate {
-            return Err(refusal);
-        }
-        let version = manifest.version;
-        crate::crash::point("after-transaction-file");
-        let result = self
-            .inner
-            .commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
-            .await;
-        if result.is_ok() {
-            crate::crash::point("after-manifest");
-        }
-        self.note(&result, version, &gate);
-        result
-    }
-
-    async fn commit_after(
-        &self,
-        manifest: &mut Manifest,
-        indices: Option<Vec<IndexMetadata>>,
-        base_path: &Path,
-        object_store: &ObjectStore,
-        manifest_writer: ManifestWriter,
-        naming_scheme: ManifestNamingScheme,
-        transaction: Option<Transaction>,
-        predecessor: &PredecessorIdentity,
-    ) -> Result<ManifestLocation, CommitError> {
-        let built = Built { manifest: &*manifest, indices: indices.as_deref(), transaction: transaction.as_ref() };
-        let gate = self.gate(built).await;
-        if let Gate::Refused(refusal) = gate {
-            return Err(refusal);
-        }
-        let version = manifest.version;
-        crate::crash::point("after-transaction-file");
-        let result = self
-            .inner
-            .commit_after(
-                manifest,
-                indices,
-                base_path,
-                object_store,
-                manifest_writer,
-                naming_scheme,
-                transaction,
-                predecessor,
-            )
-            .await;
-        if result.is_ok() {
-            crate::crash::point("after-manifest");
-        }
-        self.note(&result, version, &gate);
-        result
-    }
-});
+crate::handler_around::commit_handler_around!(ExpectVersion, inner);

@@ -1,18 +1,80 @@
-//! `CommitHandler` for a wrapper around another handler: every method but the two manifest puts is
-//! the inner handler's, unchanged. A wrapper that gates or watches the puts (`ExpectVersion`, the
-//! commit bench's `CountingPuts`) must not change how versions are resolved, listed or forgotten,
+//! `CommitHandler` for a wrapper around another handler. A wrapper gates or watches the manifest
+//! puts (`ExpectVersion`, the commit bench's `CountingPuts`); everything else is the inner
+//! handler's, unchanged: a wrapper must not change how versions are resolved, listed or forgotten,
 //! and Lance's trait gives most methods defaults that would silently differ from the inner
-//! handler's. The caller writes `commit` and `commit_after`.
+//! handler's. Both puts (`commit`, `commit_after`) run the same two hooks around the inner put.
 
-/// `commit_handler_around!(Wrapper, inner_field, { async fn commit(..) .. async fn commit_after(..) .. })`
-/// implements `CommitHandler` for `Wrapper`, delegating everything else to `self.inner_field`. The
-/// whole impl is generated here, with its `async_trait` attribute, so that the attribute sees every
-/// method.
+/// `commit_handler_around!(Wrapper, inner_field)` implements `CommitHandler` for `Wrapper`,
+/// delegating to `self.inner_field`. `Wrapper` provides two inherent methods, run around each put:
+/// - `async fn before_put(&self, built: Built<'_>) -> Result<G, CommitError>`: `Err` refuses the
+///   put (nothing is written and the error is Lance's answer); `Ok` carries what `after_put` needs;
+/// - `fn after_put(&self, result: &Result<ManifestLocation, CommitError>, version: u64, gate: G)`.
+///
+/// The whole impl is generated here, with its `async_trait` attribute, so that the attribute sees
+/// every method.
 macro_rules! commit_handler_around {
-    ($wrapper:ty, $inner:ident, { $($puts:tt)* }) => {
+    ($wrapper:ty, $inner:ident) => {
         #[async_trait::async_trait]
         impl lance_table::io::commit::CommitHandler for $wrapper {
-            $($puts)*
+            async fn commit(
+                &self,
+                manifest: &mut lance_table::format::Manifest,
+                indices: Option<Vec<lance_table::format::IndexMetadata>>,
+                base_path: &object_store::path::Path,
+                object_store: &lance_io::object_store::ObjectStore,
+                manifest_writer: lance_table::io::commit::ManifestWriter,
+                naming_scheme: lance_table::io::commit::ManifestNamingScheme,
+                transaction: Option<lance_table::format::Transaction>,
+            ) -> Result<lance_table::io::commit::ManifestLocation, lance_table::io::commit::CommitError> {
+                let built = crate::expect_version::Built {
+                    manifest: &*manifest,
+                    indices: indices.as_deref(),
+                    transaction: transaction.as_ref(),
+                };
+                let gate = self.before_put(built).await?;
+                let version = manifest.version;
+                let result = self
+                    .$inner
+                    .commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
+                    .await;
+                self.after_put(&result, version, gate);
+                result
+            }
+
+            async fn commit_after(
+                &self,
+                manifest: &mut lance_table::format::Manifest,
+                indices: Option<Vec<lance_table::format::IndexMetadata>>,
+                base_path: &object_store::path::Path,
+                object_store: &lance_io::object_store::ObjectStore,
+                manifest_writer: lance_table::io::commit::ManifestWriter,
+                naming_scheme: lance_table::io::commit::ManifestNamingScheme,
+                transaction: Option<lance_table::format::Transaction>,
+                predecessor: &lance_table::io::commit::PredecessorIdentity,
+            ) -> Result<lance_table::io::commit::ManifestLocation, lance_table::io::commit::CommitError> {
+                let built = crate::expect_version::Built {
+                    manifest: &*manifest,
+                    indices: indices.as_deref(),
+                    transaction: transaction.as_ref(),
+                };
+                let gate = self.before_put(built).await?;
+                let version = manifest.version;
+                let result = self
+                    .$inner
+                    .commit_after(
+                        manifest,
+                        indices,
+                        base_path,
+                        object_store,
+                        manifest_writer,
+                        naming_scheme,
+                        transaction,
+                        predecessor,
+                    )
+                    .await;
+                self.after_put(&result, version, gate);
+                result
+            }
 
             fn is_version_not_found_definitive(&self) -> bool {
                 self.$inner.is_version_not_found_definitive()

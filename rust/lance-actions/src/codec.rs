@@ -134,11 +134,7 @@ fn from_proto(list: proto::ActionList) -> Result<ActionTxn> {
 /// key filter (`AddFragments::leave_filter_to_operation`). [`decode_for_operation`] restores it.
 pub fn encode_property(txn: &ActionTxn) -> String {
     let mut list = to_proto(txn);
-    for action in &mut list.actions {
-        if let Some(proto::action::Kind::AddFragments(add)) = action.kind.as_mut() {
-            crate::actions::add_fragments::AddFragments::leave_filter_to_operation(add);
-        }
-    }
+    add_fragments_of(&mut list).for_each(crate::actions::add_fragments::AddFragments::leave_filter_to_operation);
     base64::engine::general_purpose::STANDARD.encode(list.encode_to_vec())
 }
 
@@ -147,6 +143,15 @@ pub fn encode_property(txn: &ActionTxn) -> String {
 /// is read with [`decode_for_operation`].
 pub fn decode_property(value: &str) -> Result<ActionTxn> {
     from_proto(parse_property(value)?)
+}
+
+/// The `AddFragments` actions of an encoded list: the ones whose key filter a committed list
+/// leaves to its operation.
+fn add_fragments_of(list: &mut proto::ActionList) -> impl Iterator<Item = &mut proto::AddFragments> {
+    list.actions.iter_mut().filter_map(|action| match action.kind.as_mut() {
+        Some(proto::action::Kind::AddFragments(add)) => Some(add),
+        _ => None,
+    })
 }
 
 fn parse_property(value: &str) -> Result<proto::ActionList> {
@@ -165,11 +170,8 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
     let mismatch = |reason: String| Error::ActionsMismatch { operation: format!("{committed:?}"), reason };
     let mut list = parse_property(value)?;
     check_format_version(&list)?;
-    for action in &mut list.actions {
-        if let Some(proto::action::Kind::AddFragments(add)) = action.kind.as_mut() {
-            crate::actions::add_fragments::AddFragments::take_filter_from_operation(add, operation)
-                .map_err(mismatch)?;
-        }
+    for add in add_fragments_of(&mut list) {
+        crate::actions::add_fragments::AddFragments::take_filter_from_operation(add, operation).map_err(mismatch)?;
     }
     let txn = from_proto(list)?;
     if txn.context.shell != committed {

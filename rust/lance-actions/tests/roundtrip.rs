@@ -510,13 +510,18 @@ fn keyed_update(inserted_rows_filter: Option<lance_table::format::key_existence:
     }
 }
 
-fn ten_key_filter() -> lance_table::format::key_existence::KeyExistenceFilter {
+/// Lance's bloom filter of these keys, as its merge-insert builds it.
+fn bloom_of(keys: impl IntoIterator<Item = i64>) -> lance_table::format::key_existence::KeyExistenceFilter {
     use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
     let mut builder = KeyExistenceFilterBuilder::new(vec![0]);
-    for key in 0..10 {
+    for key in keys {
         builder.insert(KeyValue::Int64(key)).expect("insert a key");
     }
     builder.build()
+}
+
+fn ten_key_filter() -> lance_table::format::key_existence::KeyExistenceFilter {
+    bloom_of(0..10)
 }
 
 /// The property a keyed commit carries does not hold a second copy of Lance's key filter (tens of
@@ -577,13 +582,7 @@ fn a_carried_key_filter_must_be_the_operations() {
     let op = keyed_update(Some(ten_key_filter()));
     let carried = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, encode(&lift(&op)));
     assert_eq!(codec::decode_for_operation(&carried, &op).expect("the operation's filter"), lift(&op));
-    let other = {
-        use lance_table::format::key_existence::{KeyExistenceFilterBuilder, KeyValue};
-        let mut builder = KeyExistenceFilterBuilder::new(vec![0]);
-        builder.insert(KeyValue::Int64(99)).expect("insert a key");
-        builder.build()
-    };
-    for committed in [keyed_update(Some(other)), keyed_update(None)] {
+    for committed in [keyed_update(Some(bloom_of([99]))), keyed_update(None)] {
         match codec::decode_for_operation(&carried, &committed) {
             Err(Error::ActionsMismatch { reason, .. }) => assert!(reason.contains("key filter"), "{reason}"),
             other => panic!("expected ActionsMismatch, got {other:?}"),

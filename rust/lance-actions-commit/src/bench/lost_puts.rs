@@ -10,15 +10,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lance_io::object_store::ObjectStore;
-use lance_table::format::{IndexMetadata, Manifest, Transaction};
-use lance_table::io::commit::{
-    CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter, PredecessorIdentity,
-    commit_handler_from_url,
-};
-use object_store::path::Path;
+use lance_table::io::commit::{CommitError, CommitHandler, ManifestLocation, commit_handler_from_url};
 
 use super::{BenchError, BenchResult};
+use crate::expect_version::Built;
 
 /// The handler `uri` resolves to, counting the manifest puts it loses.
 #[derive(Debug)]
@@ -40,59 +35,19 @@ impl CountingPuts {
         self.lost.load(Ordering::Relaxed)
     }
 
-    fn count(&self, result: &Result<ManifestLocation, CommitError>) {
+    /// Every put goes to the inner handler.
+    async fn before_put(&self, _built: Built<'_>) -> Result<(), CommitError> {
+        Ok(())
+    }
+
+    /// A put the store answered with a conflict was lost.
+    fn after_put(&self, result: &Result<ManifestLocation, CommitError>, _version: u64, _gate: ()) {
         if matches!(result, Err(CommitError::CommitConflict)) {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-// Every method but the two puts is the inner handler's, unchanged: the counter must not change how
-// either way commits.
-crate::handler_around::commit_handler_around!(CountingPuts, inner, {
-    async fn commit(
-        &self,
-        manifest: &mut Manifest,
-        indices: Option<Vec<IndexMetadata>>,
-        base_path: &Path,
-        object_store: &ObjectStore,
-        manifest_writer: ManifestWriter,
-        naming_scheme: ManifestNamingScheme,
-        transaction: Option<Transaction>,
-    ) -> Result<ManifestLocation, CommitError> {
-        let result = self
-            .inner
-            .commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
-            .await;
-        self.count(&result);
-        result
-    }
-
-    async fn commit_after(
-        &self,
-        manifest: &mut Manifest,
-        indices: Option<Vec<IndexMetadata>>,
-        base_path: &Path,
-        object_store: &ObjectStore,
-        manifest_writer: ManifestWriter,
-        naming_scheme: ManifestNamingScheme,
-        transaction: Option<Transaction>,
-        predecessor: &PredecessorIdentity,
-    ) -> Result<ManifestLocation, CommitError> {
-        let result = self
-            .inner
-            .commit_after(
-                manifest,
-                indices,
-                base_path,
-                object_store,
-                manifest_writer,
-                naming_scheme,
-                transaction,
-                predecessor,
-            )
-            .await;
-        self.count(&result);
-        result
-    }
-});
+// Every method is the inner handler's, unchanged, with the count after each put: the counter must
+// not change how either way commits.
+crate::handler_around::commit_handler_around!(CountingPuts, inner);
