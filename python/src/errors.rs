@@ -137,6 +137,9 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
         }
         E::TableExists { .. } => pyo3::exceptions::PyFileExistsError::new_err(message),
         E::Contention { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
+        E::SchemaChanged { .. } => {
+            raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "SchemaChanged"}))
+        }
         E::PartlyWritten { .. } => PyRuntimeError::new_err(message),
         E::Commit { source } => commit_error(py, source),
         E::Layer { source } => layer_error(source),

@@ -129,6 +129,15 @@ pub enum Error {
     ))]
     Contention { attempts: usize, last: String },
 
+    /// A strict insert's rows were staged for columns the table no longer has exactly: a concurrent
+    /// commit added or dropped a column after they were written. Staged rows are committed as they
+    /// are on every attempt (an append does not depend on its base), never for another schema.
+    #[snafu(display(
+        "the table's columns changed at v{version} while the rows were being inserted; nothing was written: \
+         read the table again and insert rows that fit its columns"
+    ))]
+    SchemaChanged { version: u64 },
+
     /// A write of several chunks stopped after some chunks had landed: those stay (each chunk is
     /// atomic, the write as a whole is not), the rest was not written.
     #[snafu(display(

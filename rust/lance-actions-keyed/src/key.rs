@@ -128,6 +128,131 @@ impl KeySpec {
     }
 }
 
+impl KeySpec {
+    /// The keys of `rows`, refused ([`ConflictCause::DuplicateInBatch`], naming them) when a key
+    /// occurs twice, as their exact hash set: what a strict insert declares and probes the table
+    /// with. The key values are kept only when there are at most [`KEPT_KEYS_MAX`]; a bulk insert's
+    /// are read again from `rows` when a conflict is to be named, so that it holds 8 bytes a key
+    /// rather than a 32-byte value and its 8-byte hash (`design/benchmarks.md`, keyed bench (c)).
+    pub fn row_keys(&self, rows: &[RecordBatch]) -> Result<RowKeys> {
+        let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        let mut hashes = Vec::with_capacity(count);
+        let mut kept = (count <= KEPT_KEYS_MAX).then(|| Vec::with_capacity(count));
+        for batch in rows {
+            let first_row = hashes.len();
+            self.visit_keys(batch, first_row, |key| {
+                hashes.push(hash_key(&key));
+                if let Some(kept) = kept.as_mut() {
+                    kept.push(key);
+                }
+            })?;
+        }
+        let exact = KeyHashSet::from_hashes(self.field_ids.clone(), hashes);
+        // Distinct hashes are distinct keys; equal hashes are compared by value (a collision of two
+        // distinct keys is not a duplicate).
+        if exact.len() != count {
+            let dups = duplicates(&self.keys_of_all(rows)?);
+            if !dups.is_empty() {
+                return Err(Error::KeyConflict { keys: sample(&dups), cause: ConflictCause::DuplicateInBatch });
+            }
+        }
+        debug_assert!(kept.as_ref().is_none_or(|k| k.len() == count), "every kept key is a row's");
+        let key_columns = rows.iter().map(|batch| self.key_columns_of(batch)).collect::<Result<_>>()?;
+        Ok(RowKeys { spec: self.clone(), key_columns, kept, exact, count })
+    }
+
+    /// `batch`'s key columns alone. They share `batch`'s buffers: nothing is copied, and the other
+    /// columns are not kept alive by them.
+    fn key_columns_of(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let schema = batch.schema();
+        let indices = self
+            .names
+            .iter()
+            .map(|name| {
+                schema
+                    .index_of(name)
+                    .map_err(|_| Error::Input { detail: format!("the rows have no key column '{name}'") })
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        batch.project(&indices).map_err(|e| Error::Input { detail: format!("the rows' key columns: {e}") })
+    }
+}
+
+/// Up to this many keys a [`RowKeys`] keeps as values: an `IN` lookup and Lance's exact-set filter
+/// (both up to 1,024 keys) are built from them.
+pub const KEPT_KEYS_MAX: usize = EXACT_LANCE_FILTER_MAX_KEYS;
+
+/// The distinct keys of rows ([`KeySpec::row_keys`]): their exact hash set, and the values when few.
+/// It holds the rows' key columns only, so the rows themselves can go once they are written.
+#[derive(Debug, Clone)]
+pub struct RowKeys {
+    spec: KeySpec,
+    /// The rows' key columns, batch by batch.
+    key_columns: Vec<RecordBatch>,
+    /// The key values in row order, when there are at most [`KEPT_KEYS_MAX`].
+    kept: Option<Vec<KeyValue>>,
+    exact: KeyHashSet,
+    count: usize,
+}
+
+impl RowKeys {
+    /// The key these are values of.
+    pub fn spec(&self) -> &KeySpec {
+        &self.spec
+    }
+
+    /// How many keys (rows) there are.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The exact hash set of the keys.
+    pub fn exact(&self) -> &KeyHashSet {
+        &self.exact
+    }
+
+    /// The key values in row order, when there are at most [`KEPT_KEYS_MAX`].
+    pub fn kept(&self) -> Option<&[KeyValue]> {
+        self.kept.as_deref()
+    }
+
+    /// What an insert of these keys declares ([`KeySpec::inserted_keys`], without rebuilding the
+    /// hash set).
+    pub fn declared(&self) -> Result<InsertedKeys> {
+        let lance_filter = match &self.kept {
+            Some(keys) => lance_exact_filter_of(self.spec.field_ids.clone(), keys),
+            None => lance_filter_of(self.spec.field_ids.clone(), self.exact.hashes())?,
+        };
+        Ok(InsertedKeys { lance_filter: Some(lance_filter), exact: Some(self.exact.clone()) })
+    }
+
+    /// The keys, in row order, that are in `found`: read again from the rows when not kept.
+    pub fn among(&self, found: &HashSet<KeyValue, FastHash>) -> Result<Vec<KeyValue>> {
+        let mut out = Vec::new();
+        if found.is_empty() {
+            return Ok(out);
+        }
+        if let Some(kept) = &self.kept {
+            out.extend(kept.iter().filter(|k| found.contains(*k)).cloned());
+            return Ok(out);
+        }
+        let mut first_row = 0;
+        for batch in &self.key_columns {
+            self.spec.visit_keys(batch, first_row, |key| {
+                if found.contains(&key) {
+                    out.push(key);
+                }
+            })?;
+            first_row += batch.num_rows();
+        }
+        Ok(out)
+    }
+}
+
 /// Keys checked to be distinct ([`KeySpec::unique`]), with their exact hash set.
 #[derive(Debug, Clone)]
 pub struct UniqueKeys {
@@ -417,5 +542,68 @@ mod tests {
     fn duplicates_are_reported_once() {
         let k = |v: i64| KeyValue::Int64(v);
         assert_eq!(duplicates(&[k(1), k(2), k(1), k(1), k(3), k(2)]), vec![k(1), k(2)]);
+    }
+
+    /// Rows `id` (the key) and `name`, batch by batch.
+    fn id_name_batches(batches: &[&[i64]]) -> Vec<RecordBatch> {
+        let schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        batches
+            .iter()
+            .map(|ids| {
+                let names = StringArray::from_iter_values(ids.iter().map(|i| format!("n{i}")));
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(names)])
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// Few keys are kept as values, many only as hashes; either way the declared sets are the ones
+    /// built from the values, and a key is found again in row order across batches.
+    #[test]
+    fn row_keys_keep_values_only_when_few_and_declare_what_the_values_would() {
+        let spec = spec(&["id"]);
+        for n in [1usize, KEPT_KEYS_MAX, KEPT_KEYS_MAX + 1, 5_000] {
+            let ids: Vec<i64> = (0..n as i64).map(|i| i * 7 + 3).collect();
+            let (first, second) = ids.split_at(n / 2);
+            let rows = id_name_batches(&[first, second]);
+            let keys = spec.row_keys(&rows).unwrap();
+            let values = spec.keys_of_all(&rows).unwrap();
+            assert_eq!(keys.len(), n);
+            assert_eq!(keys.kept().is_some(), n <= KEPT_KEYS_MAX, "{n} keys");
+            assert_eq!(keys.declared().unwrap(), spec.inserted_keys(&values).unwrap(), "{n} keys");
+            // Two keys, given out of row order, are named in row order; a key not ours is not.
+            let wanted = [values[n - 1].clone(), values[0].clone(), KeyValue::Int64(-1)];
+            let found: HashSet<KeyValue, FastHash> = wanted.iter().cloned().collect();
+            let mut expected = vec![values[0].clone(), values[n - 1].clone()];
+            expected.dedup();
+            assert_eq!(keys.among(&found).unwrap(), expected, "{n} keys");
+            assert!(keys.among(&HashSet::with_hasher(FastHash::default())).unwrap().is_empty());
+        }
+    }
+
+    /// A key given twice is refused whether or not the values are kept, naming it; distinct keys
+    /// pass. The rows' other columns are not held by the keys.
+    #[test]
+    fn row_keys_refuse_a_key_given_twice_and_hold_only_the_key_columns() {
+        let spec = spec(&["id"]);
+        for n in [10i64, 3_000] {
+            let mut ids: Vec<i64> = (0..n).collect();
+            ids.push(n / 2);
+            match spec.row_keys(&id_name_batches(&[&ids[..5], &ids[5..]])) {
+                Err(Error::KeyConflict { cause: ConflictCause::DuplicateInBatch, keys }) => {
+                    assert_eq!(keys.first, [(n / 2).to_string()], "{n} keys")
+                }
+                other => panic!("a key given twice is refused, not {other:?}"),
+            }
+        }
+        let rows = id_name_batches(&[&[1, 2, 3]]);
+        let names = Arc::downgrade(rows[0].column(1));
+        let keys = spec.row_keys(&rows).unwrap();
+        drop(rows);
+        assert!(names.upgrade().is_none(), "the non-key column went with the rows");
+        assert_eq!(keys.among(&[KeyValue::Int64(2)].into_iter().collect()).unwrap(), [KeyValue::Int64(2)]);
     }
 }

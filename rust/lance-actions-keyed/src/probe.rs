@@ -10,7 +10,8 @@ use lance::dataset::fragment::FragReadConfig;
 use lance_table::format::key_existence::KeyValue;
 
 use crate::error::{LanceContext, Result};
-use crate::key::{FastHash, KeySet, KeySpec, display_key};
+use crate::key::{FastHash, KeySet, KeySpec, RowKeys, display_key, hash_key};
+use lance_actions::keys::KeyHashSet;
 
 /// Up to this many keys are looked up with an `IN` filter (which a scalar index on the key
 /// answers); more are checked against every live row's key, read fragment by fragment.
@@ -27,8 +28,7 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     if wanted.is_empty() || dataset.count_fragments() == 0 {
         return Ok(Vec::new());
     }
-    let mut found =
-        Found { key, wanted: wanted.iter().collect(), found: HashSet::with_hasher(FastHash::default()), rows: 0 };
+    let mut found = Found::new(key, Probe::Keys(wanted.iter().collect()));
     match in_list_filter(key, wanted) {
         Some(filter) => keys_matching(dataset, &filter, &mut found).await?,
         None => keys_read_whole(dataset, &mut found).await?,
@@ -36,20 +36,58 @@ pub async fn present_keys(dataset: &Arc<Dataset>, key: &KeySpec, wanted: &[KeyVa
     Ok(wanted.iter().filter(|k| found.found.contains(*k)).cloned().collect())
 }
 
+/// The keys of `keys` present in `dataset`, in row order. Few keys are looked up as
+/// [`present_keys`] does; more are probed through their exact hash set, and the hits are named from
+/// the rows: no set of a bulk insert's keys is built (`RowKeys`).
+pub async fn present_row_keys(dataset: &Arc<Dataset>, keys: &RowKeys) -> Result<Vec<KeyValue>> {
+    if let Some(kept) = keys.kept() {
+        return present_keys(dataset, keys.spec(), kept).await;
+    }
+    if keys.is_empty() || dataset.count_fragments() == 0 {
+        return Ok(Vec::new());
+    }
+    let mut found = Found::new(keys.spec(), Probe::Hashes(keys.exact()));
+    keys_read_whole(dataset, &mut found).await?;
+    // A hit is a table key whose hash is one of ours: kept only if it equals one of our keys.
+    keys.among(&found.found)
+}
+
+/// How a key read from the table is matched against the wanted keys.
+enum Probe<'a> {
+    /// A set of the wanted keys: a hit is a wanted key.
+    Keys(KeySet<'a>),
+    /// The wanted keys' exact hashes: a hit is a candidate (a 64-bit hash may collide), which
+    /// [`present_row_keys`] keeps only if it equals a wanted key.
+    Hashes(&'a KeyHashSet),
+}
+
+impl Probe<'_> {
+    fn may_hold(&self, key: &KeyValue) -> bool {
+        match self {
+            Probe::Keys(keys) => keys.contains(key),
+            Probe::Hashes(hashes) => hashes.contains(hash_key(key)),
+        }
+    }
+}
+
 /// The wanted keys met so far in the rows read.
 struct Found<'a> {
     key: &'a KeySpec,
-    wanted: KeySet<'a>,
+    probe: Probe<'a>,
     found: HashSet<KeyValue, FastHash>,
     /// Rows read so far (numbers the rows in errors).
     rows: usize,
 }
 
-impl Found<'_> {
+impl<'a> Found<'a> {
+    fn new(key: &'a KeySpec, probe: Probe<'a>) -> Self {
+        Found { key, probe, found: HashSet::with_hasher(FastHash::default()), rows: 0 }
+    }
+
     fn read(&mut self, batch: &arrow_array::RecordBatch) -> Result<()> {
-        let (wanted, found) = (&self.wanted, &mut self.found);
+        let (probe, found) = (&self.probe, &mut self.found);
         self.key.visit_keys(batch, self.rows, |k| {
-            if wanted.contains(&k) {
+            if probe.may_hold(&k) {
                 found.insert(k);
             }
         })?;

@@ -25,15 +25,16 @@ use lance_table::format::Fragment;
 use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyValue};
 
 use crate::error::{ConflictCause, Error, Result};
-use crate::key::{KeySet, UniqueKeys, sample};
-use crate::probe::{key_predicate, present_keys};
+use crate::key::{KeySet, RowKeys, UniqueKeys, sample};
+use crate::probe::{key_predicate, present_keys, present_row_keys};
 use crate::stage;
 use crate::table::{KeyedTable, WriteOutcome, conform};
 
-/// The new rows of a strict insert: batches we stage, or fragments staged elsewhere.
-pub(crate) enum NewRows<'a> {
-    Batches(&'a [RecordBatch]),
-    Staged(&'a [Fragment]),
+/// The new rows of a strict insert: batches, which the first attempt stages (and lets go of), or
+/// fragments staged by that attempt or by another process.
+pub(crate) enum NewRows {
+    Batches(Vec<RecordBatch>),
+    Staged(Vec<Fragment>),
 }
 
 /// What one logical attempt came to.
@@ -63,25 +64,30 @@ impl KeyedTable {
     /// inserted by a concurrent commit is a [`Error::KeyConflict`] and nothing is written. Never
     /// switches to an update. The whole insert is one commit, however many chunks it is staged in.
     pub async fn insert(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
-        let batches = conform(&batches, &self.arrow_schema)?;
-        let keys = self.unique_keys(&batches)?;
-        self.insert_new_keys(keys, NewRows::Batches(&batches)).await
+        // The conformed batches share the given ones' buffers. The writer gets the only handle to
+        // them (the keys keep only the key columns), so the rows are freed once written, as a
+        // plain append's are, rather than held through the commit.
+        let conformed = conform(&batches, &self.arrow_schema)?;
+        drop(batches);
+        let keys = self.key.row_keys(&conformed)?;
+        self.insert_new_keys(&keys, NewRows::Batches(conformed)).await
     }
 
     /// The strict-insert loop shared by [`Self::insert`] and [`Self::insert_fragments`]: per
     /// attempt, refuse keys the head holds, then commit the rows' fragments with their exact keys.
     /// A lost key race re-reads the head and names the keys a concurrent writer inserted.
-    pub(crate) async fn insert_new_keys(&mut self, keys: UniqueKeys, rows: NewRows<'_>) -> Result<WriteOutcome> {
-        let UniqueKeys { keys, exact } = keys;
-        let inserted = self.key.inserted_keys_of(&keys, exact)?;
+    pub(crate) async fn insert_new_keys(&mut self, keys: &RowKeys, mut rows: NewRows) -> Result<WriteOutcome> {
+        let inserted = keys.declared()?;
         let mut outcome = WriteOutcome { inserted: keys.len() as u64, ..Default::default() };
         let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
         while attempts.next().await.is_some() {
             self.refresh().await?;
             outcome.attempts += 1;
-            self.refuse_present(&keys, ConflictCause::AlreadyPresent).await?;
-            let fragments = self.fragments_for_attempt(&rows).await?;
+            self.refuse_present(keys, ConflictCause::AlreadyPresent).await?;
+            let fragments = self.fragments_for_attempt(&mut rows).await?;
+            // A test can land a concurrent writer between the staging and the commit.
+            lance_actions_commit::hooks::point("keyed:insert-staged", self.dataset.uri()).await;
             let add = AddFragments { fragments, keys: Some(inserted.clone()) };
             let txn = ActionTxn::new(OperationKind::Update, vec![add.into()]);
             let commit = self.dataset.action_commit().execute_actions(self.dataset.manifest().version, txn).await;
@@ -90,7 +96,7 @@ impl KeyedTable {
                 Attempt::Again(why) => {
                     // A concurrent insert of one of our keys is a conflict, not a reason to retry.
                     self.refresh().await?;
-                    self.refuse_present(&keys, ConflictCause::InsertedConcurrently).await?;
+                    self.refuse_present(keys, ConflictCause::InsertedConcurrently).await?;
                     last = why;
                 }
             }
@@ -98,19 +104,23 @@ impl KeyedTable {
         Err(Error::Contention { attempts: attempts.made(), last })
     }
 
-    /// The fragments one attempt commits. Rows given as batches are staged afresh on the attempt's
-    /// base in one pass of Lance's writer, as a plain append: the insert is one commit however it is
+    /// The fragments one attempt commits. Rows given as batches are staged by the first attempt in
+    /// one pass of Lance's writer, as a plain append: the insert is one commit however it is
     /// staged, and staging it in chunks cost a writer per chunk (1.5x a single append,
-    /// `design/benchmarks.md`) and more, smaller fragments. Fragments another process staged are
-    /// committed as they are (an append does not depend on its base: Lance binds fragment ids at
-    /// commit).
-    async fn fragments_for_attempt(&self, rows: &NewRows<'_>) -> Result<Vec<Fragment>> {
-        match rows {
-            NewRows::Staged(fragments) => Ok(fragments.to_vec()),
-            NewRows::Batches(batches) => {
-                stage::new_fragments(&self.dataset, batches.to_vec(), &self.options.progress).await
-            }
+    /// `design/benchmarks.md`) and more, smaller fragments. Staged fragments are committed as they
+    /// are on every attempt, as Lance's own append retries do: an append does not depend on its
+    /// base (Lance binds fragment ids at commit), so long as the base has exactly the columns they
+    /// were written for ([`Error::SchemaChanged`] otherwise).
+    async fn fragments_for_attempt(&self, rows: &mut NewRows) -> Result<Vec<Fragment>> {
+        let fragments = match std::mem::replace(rows, NewRows::Staged(Vec::new())) {
+            NewRows::Batches(batches) => stage::new_fragments(&self.dataset, batches, &self.options.progress).await?,
+            NewRows::Staged(fragments) => fragments,
+        };
+        if self.first_unfitting(&fragments).is_some() {
+            return Err(Error::SchemaChanged { version: self.dataset.manifest().version });
         }
+        *rows = NewRows::Staged(fragments.clone());
+        Ok(fragments)
     }
 
     /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from
@@ -303,8 +313,9 @@ impl KeyedTable {
         if missing.is_empty() { Ok(()) } else { Err(Error::KeysNotFound { keys: sample(&missing) }) }
     }
 
-    async fn refuse_present(&self, keys: &[KeyValue], cause: ConflictCause) -> Result<()> {
-        let present = present_keys(&self.dataset, &self.key, keys).await?;
+    /// [`Error::KeyConflict`] naming the keys of `keys` the current version holds.
+    async fn refuse_present(&self, keys: &RowKeys, cause: ConflictCause) -> Result<()> {
+        let present = present_row_keys(&self.dataset, keys).await?;
         if present.is_empty() { Ok(()) } else { Err(Error::KeyConflict { keys: sample(&present), cause }) }
     }
 

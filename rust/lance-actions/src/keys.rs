@@ -5,6 +5,8 @@
 //! 64-bit hash collision: sorted unique xxHash64 values of each key's canonical bytes (the same bytes
 //! and hash Lance's filter uses), intersected by a merge walk.
 
+use std::sync::Arc;
+
 use lance_core::utils::bloomfilter::sbbf::Sbbf;
 use lance_table::format::key_existence::{FilterType, KeyExistenceFilter};
 use xxhash_rust::xxh64::xxh64;
@@ -13,8 +15,9 @@ use xxhash_rust::xxh64::xxh64;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyHashSet {
     pub field_ids: Vec<i32>,
-    /// Sorted, unique.
-    hashes: Vec<u64>,
+    /// Sorted, unique. Shared: a bulk insert's set (8 bytes a key) is cloned into every attempt's
+    /// actions and the judgement at the write, and a copy each would be megabytes.
+    hashes: Arc<Vec<u64>>,
 }
 
 impl KeyHashSet {
@@ -23,7 +26,7 @@ impl KeyHashSet {
         let mut hashes: Vec<u64> = hashes.into_iter().collect();
         hashes.sort_unstable();
         hashes.dedup();
-        Self { field_ids, hashes }
+        Self { field_ids, hashes: Arc::new(hashes) }
     }
 
     /// Build from each key's canonical bytes (Lance's `KeyValue::to_bytes`).
@@ -37,6 +40,11 @@ impl KeyHashSet {
 
     pub fn len(&self) -> usize {
         self.hashes.len()
+    }
+
+    /// Whether `hash` is in the set (a binary search of the sorted hashes).
+    pub fn contains(&self, hash: u64) -> bool {
+        self.hashes.binary_search(&hash).is_ok()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -219,3 +219,66 @@ async fn a_stale_handle_upserts_from_the_latest_version() {
     let scan = scan(&latest(&uri).await).await;
     assert_eq!(scan.into_iter().collect::<Vec<_>>(), [(1, (1, 0)), (2, (1, 10)), (3, (1, 20)), (4, (1, 20))]);
 }
+
+/// The data files under the table's `data/` directory.
+fn data_files(uri: &str) -> usize {
+    std::fs::read_dir(std::path::Path::new(uri).join("data")).map_or(0, |dir| dir.count())
+}
+
+/// A strict insert that loses its first commit to an undeclared writer commits, on its second
+/// attempt, the files its first attempt staged: the rows are written once, and by then only their
+/// key column is held (to name a conflict), not the rows (a bulk insert's memory,
+/// `design/benchmarks.md`).
+#[tokio::test]
+async fn a_strict_insert_that_loses_a_race_commits_what_it_staged_once_and_holds_only_the_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    // More keys than a strict insert keeps as values: the probe goes through their hashes.
+    let ids: Vec<i64> = (100..2_100).collect();
+    let batch = rows(&ids, 3);
+    let (names, key_column) = (Arc::downgrade(batch.column(1)), Arc::downgrade(batch.column(0)));
+    let held = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (uri, held) = (uri.clone(), held.clone());
+        lance_actions_commit::hooks::register("keyed:insert-staged", &uri.clone(), move || async move {
+            *held.lock().expect("lock") = Some((names.upgrade().is_some(), key_column.upgrade().is_some()));
+            let ds = latest(&uri).await;
+            lance_plain(&ds, stage_append(&ds, &[5_000]).await).await.expect("an undeclared append lands");
+        });
+    }
+    let files = data_files(&uri);
+    let outcome = table.insert(vec![batch]).await.expect("lands on a second attempt");
+    assert_eq!(outcome.attempts, 2, "the first attempt lost to the undeclared append");
+    assert_eq!(*held.lock().expect("lock"), Some((false, true)), "after staging: the rows gone, the keys kept");
+    assert_eq!(data_files(&uri), files + 2, "Lance's append and our one staging: no second staging");
+    let scan = scan(&latest(&uri).await).await;
+    assert_eq!(scan.len(), 1 + ids.len() + 1);
+    assert!(duplicated(&scan).is_empty());
+    assert!(ids.iter().all(|id| scan.get(id) == Some(&(1, 3))), "every inserted row once, as given");
+}
+
+/// Staged files are committed on a later base only if it has exactly their columns: a column added
+/// between the staging and the commit refuses the insert, with nothing of it written.
+#[tokio::test]
+async fn a_strict_insert_whose_table_gained_a_column_meanwhile_writes_nothing() {
+    use arrow_schema::{DataType, Field, Schema};
+    use lance::dataset::NewColumnTransform;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    {
+        let uri = uri.clone();
+        lance_actions_commit::hooks::register("keyed:insert-staged", &uri.clone(), move || async move {
+            let mut ds = Dataset::open(&uri).await.expect("open");
+            let extra = Arc::new(Schema::new(vec![Field::new("extra", DataType::Utf8, true)]));
+            ds.add_columns(NewColumnTransform::AllNulls(extra), None, None).await.expect("a column is added");
+        });
+    }
+    let before = latest(&uri).await.manifest().version;
+    let got = table.insert(vec![rows(&[2, 3], 0)]).await;
+    assert!(matches!(got, Err(Error::SchemaChanged { version }) if version == before + 1), "{got:?}");
+    let after = latest(&uri).await;
+    assert_eq!(after.manifest().version, before + 1, "only the added column landed");
+    assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
+}
