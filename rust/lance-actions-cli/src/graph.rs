@@ -248,6 +248,10 @@ fn message(e: Error) -> Failure {
         Error::Input { .. } | Error::UnknownType { .. } => FailureKind::Input,
         Error::NoSuchBranch { .. } => FailureKind::NoSuchBranch,
         Error::Contention { .. } => FailureKind::Retry,
+        // A keyed write's own retryable refusals are retryable here too.
+        Error::Keyed {
+            source: lance_actions_keyed::Error::Contention { .. } | lance_actions_keyed::Error::SchemaChanged { .. },
+        } => FailureKind::Retry,
         Error::Commit { source } => crate::keyed::commit_kind(source),
         _ => FailureKind::Other,
     };

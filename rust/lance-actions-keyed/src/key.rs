@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
+use arrow_data::transform::MutableArrayData;
 use arrow_schema::DataType;
 use lance_actions::keys::{InsertedKeys, KeyHashSet};
 use lance_core::datatypes::Schema;
@@ -131,9 +132,10 @@ impl KeySpec {
 impl KeySpec {
     /// The keys of `rows`, refused ([`ConflictCause::DuplicateInBatch`], naming them) when a key
     /// occurs twice, as their exact hash set: what a strict insert declares and probes the table
-    /// with. The key values are kept only when there are at most [`KEPT_KEYS_MAX`]; a bulk insert's
-    /// are read again from `rows` when a conflict is to be named, so that it holds 8 bytes a key
-    /// rather than a 32-byte value and its 8-byte hash (`design/benchmarks.md`, keyed bench (c)).
+    /// with. The key values are kept only when there are at most [`KEPT_KEYS_MAX`]; past that, a
+    /// copy of the key columns is, to name a conflict from, so a bulk insert holds its key bytes and
+    /// an 8-byte hash a key rather than a 32-byte value and a hash (`design/benchmarks.md`, keyed
+    /// bench (c)), and no buffer of `rows`.
     pub fn row_keys(&self, rows: &[RecordBatch]) -> Result<RowKeys> {
         let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
         let mut hashes = Vec::with_capacity(count);
@@ -157,12 +159,16 @@ impl KeySpec {
             }
         }
         debug_assert!(kept.as_ref().is_none_or(|k| k.len() == count), "every kept key is a row's");
-        let key_columns = rows.iter().map(|batch| self.key_columns_of(batch)).collect::<Result<_>>()?;
+        let key_columns = match kept {
+            Some(_) => Vec::new(),
+            None => rows.iter().map(|batch| self.key_columns_of(batch)).collect::<Result<_>>()?,
+        };
         Ok(RowKeys { spec: self.clone(), key_columns, kept, exact, count })
     }
 
-    /// `batch`'s key columns alone. They share `batch`'s buffers: nothing is copied, and the other
-    /// columns are not kept alive by them.
+    /// A copy of `batch`'s key columns in buffers of their own: a column shares its buffers with
+    /// whatever it was read from (an Arrow IPC reader slices one buffer per batch), which holding
+    /// the column would keep alive whole.
     fn key_columns_of(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let schema = batch.schema();
         let indices = self
@@ -174,8 +180,20 @@ impl KeySpec {
                     .map_err(|_| Error::Input { detail: format!("the rows have no key column '{name}'") })
             })
             .collect::<Result<Vec<usize>>>()?;
-        batch.project(&indices).map_err(|e| Error::Input { detail: format!("the rows' key columns: {e}") })
+        let keys =
+            batch.project(&indices).map_err(|e| Error::Input { detail: format!("the rows' key columns: {e}") })?;
+        let copies = keys.columns().iter().map(|column| owned_copy(column.as_ref())).collect();
+        RecordBatch::try_new(keys.schema(), copies)
+            .map_err(|e| Error::Input { detail: format!("the rows' key columns: {e}") })
     }
+}
+
+/// `array`'s values in buffers of its own.
+fn owned_copy(array: &dyn Array) -> ArrayRef {
+    let data = array.to_data();
+    let mut copy = MutableArrayData::new(vec![&data], false, data.len());
+    copy.extend(0, 0, data.len());
+    make_array(copy.freeze())
 }
 
 /// Up to this many keys a [`RowKeys`] keeps as values: an `IN` lookup and Lance's exact-set filter
@@ -183,11 +201,11 @@ impl KeySpec {
 pub const KEPT_KEYS_MAX: usize = EXACT_LANCE_FILTER_MAX_KEYS;
 
 /// The distinct keys of rows ([`KeySpec::row_keys`]): their exact hash set, and the values when few.
-/// It holds the rows' key columns only, so the rows themselves can go once they are written.
+/// It holds no buffer of the rows, so they can go once written.
 #[derive(Debug, Clone)]
 pub struct RowKeys {
     spec: KeySpec,
-    /// The rows' key columns, batch by batch.
+    /// A copy of the rows' key columns, batch by batch, when the values are not kept.
     key_columns: Vec<RecordBatch>,
     /// The key values in row order, when there are at most [`KEPT_KEYS_MAX`].
     kept: Option<Vec<KeyValue>>,
@@ -230,7 +248,8 @@ impl RowKeys {
         Ok(InsertedKeys { lance_filter: Some(lance_filter), exact: Some(self.exact.clone()) })
     }
 
-    /// The keys, in row order, that are in `found`: read again from the rows when not kept.
+    /// The keys, in row order, that are in `found`: read from the copy of the key columns when the
+    /// values are not kept.
     pub fn among(&self, found: &HashSet<KeyValue, FastHash>) -> Result<Vec<KeyValue>> {
         let mut out = Vec::new();
         if found.is_empty() {
@@ -584,8 +603,8 @@ mod tests {
         }
     }
 
-    /// A key given twice is refused whether or not the values are kept, naming it; distinct keys
-    /// pass. The rows' other columns are not held by the keys.
+    /// A key given twice is refused whether or not the values are kept, naming it. The keys hold
+    /// no array of the rows, yet still name a key found.
     #[test]
     fn row_keys_refuse_a_key_given_twice_and_hold_only_the_key_columns() {
         let spec = spec(&["id"]);
@@ -599,11 +618,14 @@ mod tests {
                 other => panic!("a key given twice is refused, not {other:?}"),
             }
         }
-        let rows = id_name_batches(&[&[1, 2, 3]]);
-        let names = Arc::downgrade(rows[0].column(1));
-        let keys = spec.row_keys(&rows).unwrap();
-        drop(rows);
-        assert!(names.upgrade().is_none(), "the non-key column went with the rows");
-        assert_eq!(keys.among(&[KeyValue::Int64(2)].into_iter().collect()).unwrap(), [KeyValue::Int64(2)]);
+        for n in [3i64, 3_000] {
+            let ids: Vec<i64> = (0..n).collect();
+            let rows = id_name_batches(&[&ids]);
+            let columns: Vec<_> = rows[0].columns().iter().map(Arc::downgrade).collect();
+            let keys = spec.row_keys(&rows).unwrap();
+            drop(rows);
+            assert!(columns.iter().all(|c| c.upgrade().is_none()), "{n} keys: no column of the rows is held");
+            assert_eq!(keys.among(&[KeyValue::Int64(2)].into_iter().collect()).unwrap(), [KeyValue::Int64(2)]);
+        }
     }
 }

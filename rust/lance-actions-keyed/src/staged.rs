@@ -15,7 +15,7 @@ use lance_table::format::Fragment;
 
 use crate::error::{Error, LanceContext, Result};
 use crate::table::{KeyedTable, WriteOutcome};
-use crate::write::NewRows;
+use crate::write::{NewRows, StagedRows};
 
 /// At most this many staged fragments in one insert: one commit's manifest grows by each of them.
 pub const MAX_STAGED_FRAGMENTS: usize = 100_000;
@@ -30,7 +30,8 @@ impl KeyedTable {
         self.refresh().await?;
         self.check_staged(&fragments)?;
         let keys = self.key.row_keys(&self.staged_key_columns(&fragments).await?)?;
-        self.insert_new_keys(&keys, NewRows::Staged(fragments)).await
+        let staged = StagedRows::for_version(fragments, &self.dataset);
+        self.insert_new_keys(&keys, NewRows::Staged(staged)).await
     }
 
     /// Refuse fragments that cannot be a fresh append to this table.
@@ -47,6 +48,7 @@ impl KeyedTable {
             .iter()
             .flat_map(|f| f.files.iter().map(|file| file.path.as_str()))
             .collect();
+        let wanted: BTreeSet<i32> = self.dataset.schema().fields_pre_order().map(|f| f.id).collect();
         let version = self.dataset.manifest().version;
         let mut seen = BTreeSet::new();
         for (i, fragment) in fragments.iter().enumerate() {
@@ -65,29 +67,14 @@ impl KeyedTable {
                     return Err(at(format!("its data file {} is given twice", file.path)));
                 }
             }
-        }
-        if let Some(i) = self.first_unfitting(fragments) {
-            return Err(Error::Input {
-                detail: format!(
-                    "staged fragment {i}: it was written for another schema (field ids {:?}; the table's at v{version} are {:?})",
-                    fields_of(&fragments[i]),
-                    self.table_fields()
-                ),
-            });
+            let covered: BTreeSet<i32> = fragment.files.iter().flat_map(|f| f.fields.iter().copied()).collect();
+            if covered != wanted {
+                return Err(at(format!(
+                    "it was written for another schema (field ids {covered:?}; the table's at v{version} are {wanted:?})"
+                )));
+            }
         }
         Ok(())
-    }
-
-    /// The first of `fragments` whose data files do not hold exactly the current version's fields:
-    /// a file written for another schema would leave columns without data, or carry columns the
-    /// table dropped.
-    pub(crate) fn first_unfitting(&self, fragments: &[Fragment]) -> Option<usize> {
-        let wanted = self.table_fields();
-        fragments.iter().position(|f| fields_of(f) != wanted)
-    }
-
-    fn table_fields(&self) -> BTreeSet<i32> {
-        self.dataset.schema().fields_pre_order().map(|f| f.id).collect()
     }
 
     /// The key columns of the staged rows, read from their data files. Ids are bound to unused
@@ -102,9 +89,4 @@ impl KeyedTable {
         let stream = scan.try_into_stream().await.lance("reading the staged rows' keys")?;
         stream.try_collect().await.lance("reading the staged rows' keys")
     }
-}
-
-/// The field ids `fragment`'s data files hold.
-fn fields_of(fragment: &Fragment) -> BTreeSet<i32> {
-    fragment.files.iter().flat_map(|f| f.fields.iter().copied()).collect()
 }

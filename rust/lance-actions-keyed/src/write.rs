@@ -21,8 +21,8 @@ use lance_actions::actions::add_fragments::AddFragments;
 use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
-use lance_table::format::Fragment;
 use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyValue};
+use lance_table::format::{DataStorageFormat, Fragment};
 
 use crate::error::{ConflictCause, Error, Result};
 use crate::key::{KeySet, RowKeys, UniqueKeys, sample};
@@ -34,7 +34,29 @@ use crate::table::{KeyedTable, WriteOutcome, conform};
 /// fragments staged by that attempt or by another process.
 pub(crate) enum NewRows {
     Batches(Vec<RecordBatch>),
-    Staged(Vec<Fragment>),
+    Staged(StagedRows),
+}
+
+/// Fragments staged for one version of the table, with what of that version their files depend
+/// on: its schema (field ids, types, nullability) and its file format.
+pub(crate) struct StagedRows {
+    fragments: Vec<Fragment>,
+    schema: lance_core::datatypes::Schema,
+    format: DataStorageFormat,
+}
+
+impl StagedRows {
+    /// `fragments`, staged for (or checked against) `dataset`'s version.
+    pub(crate) fn for_version(fragments: Vec<Fragment>, dataset: &Dataset) -> Self {
+        Self { fragments, schema: dataset.schema().clone(), format: dataset.manifest().data_storage_format.clone() }
+    }
+
+    /// Whether files staged for their version can be committed as they are on `dataset`'s: the
+    /// same schema, exactly, and the same file format. A column added or dropped, a type or a
+    /// nullability changed, an overwrite's new schema: each would leave files that do not fit.
+    fn fit(&self, dataset: &Dataset) -> bool {
+        dataset.schema() == &self.schema && dataset.manifest().data_storage_format == self.format
+    }
 }
 
 /// What one logical attempt came to.
@@ -108,19 +130,19 @@ impl KeyedTable {
     /// one pass of Lance's writer, as a plain append: the insert is one commit however it is
     /// staged, and staging it in chunks cost a writer per chunk (1.5x a single append,
     /// `design/benchmarks.md`) and more, smaller fragments. Staged fragments are committed as they
-    /// are on every attempt, as Lance's own append retries do: an append does not depend on its
-    /// base (Lance binds fragment ids at commit), so long as the base has exactly the columns they
-    /// were written for ([`Error::SchemaChanged`] otherwise).
+    /// are on every attempt, as Lance's own append retries do (Lance binds fragment ids, row ids
+    /// and version stamps at commit), so long as the attempt's base has exactly the schema and file
+    /// format they were staged for ([`Error::SchemaChanged`] otherwise).
     async fn fragments_for_attempt(&self, rows: &mut NewRows) -> Result<Vec<Fragment>> {
-        let fragments = match std::mem::replace(rows, NewRows::Staged(Vec::new())) {
-            NewRows::Batches(batches) => stage::new_fragments(&self.dataset, batches, &self.options.progress).await?,
-            NewRows::Staged(fragments) => fragments,
-        };
-        if self.first_unfitting(&fragments).is_some() {
-            return Err(Error::SchemaChanged { version: self.dataset.manifest().version });
+        if let NewRows::Batches(batches) = rows {
+            let batches = std::mem::take(batches);
+            let fragments = stage::new_fragments(&self.dataset, batches, &self.options.progress).await?;
+            *rows = NewRows::Staged(StagedRows::for_version(fragments, &self.dataset));
         }
-        *rows = NewRows::Staged(fragments.clone());
-        Ok(fragments)
+        match rows {
+            NewRows::Staged(staged) if staged.fit(&self.dataset) => Ok(staged.fragments.clone()),
+            _ => Err(Error::SchemaChanged { version: self.dataset.manifest().version }),
+        }
     }
 
     /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from
