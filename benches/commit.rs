@@ -13,7 +13,8 @@
 //!
 //! Run: `cargo bench -p lance-actions-benches --bench commit` (`-- --quick`: N = 1, 4 and fewer
 //! commits; `-- --only <workload>` for one workload; `-- --rounds R` for R rounds instead of three,
-//! which narrows the interval).
+//! which narrows the interval). `-- --profile ours|lance --only <workload> --writers N --rounds R` runs
+//! one way alone, R tables in a row, and prints its commits/s: a `perf record` of it is that way's CPU.
 
 use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
 
@@ -36,6 +37,16 @@ async fn main() {
         .unwrap_or(REPEATS);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
+    if let Some(way) = args.iter().position(|a| a == "--profile").and_then(|i| args.get(i + 1)) {
+        let writers = args
+            .iter()
+            .position(|a| a == "--writers")
+            .and_then(|i| args.get(i + 1))
+            .map(|n| n.parse::<i64>().expect("--writers takes a count"))
+            .unwrap_or(4);
+        profile(&root, way, only.unwrap_or(Workload::Append), writers, commits, rounds).await;
+        return;
+    }
     // Warm the page cache, the allocator and Lance's session caches before measuring anything.
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10).await.expect("warm-up");
@@ -72,5 +83,26 @@ async fn main() {
                 );
             }
         }
+    }
+}
+
+/// One way alone, `rounds` tables in a row (each removed after its run): its commits/s per table.
+async fn profile(root: &str, way: &str, workload: Workload, writers: i64, commits: i64, rounds: usize) {
+    let way = match way {
+        "ours" => Way::Ours,
+        "lance" => *workload.lance_ways().last().expect("every workload has a Lance way"),
+        other => panic!("--profile takes ours or lance, not {other}"),
+    };
+    for round in 0..rounds {
+        let uri = format!("{root}/profile-{round}");
+        let t = run(&uri, way, workload, writers, commits).await.expect("run");
+        std::fs::remove_dir_all(&uri).expect("remove the table");
+        println!(
+            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit",
+            workload.name(),
+            way.name(),
+            t.commits_per_s,
+            t.lost_puts_per_commit
+        );
     }
 }
