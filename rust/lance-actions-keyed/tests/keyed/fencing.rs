@@ -260,29 +260,39 @@ async fn a_strict_insert_that_loses_a_race_commits_what_it_staged_once_and_holds
     assert!(ids.iter().all(|id| scan.get(id) == Some(&(1, 3))), "every inserted row once, as given");
 }
 
+/// A strict insert of `batch` into a keyed table holding key 1, with `change` (a schema change
+/// made through Lance on the table at the uri it is given) landing between the staging and the
+/// commit: refused as `SchemaChanged`, only the change landed, no row of the insert.
+async fn assert_insert_refused_after_schema_change<F, Fut>(batch: RecordBatch, change: F)
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    let at = uri.clone();
+    lance_actions_commit::hooks::register("keyed:insert-staged", &uri, move || change(at));
+    let before = latest(&uri).await.manifest().version;
+    let got = table.insert(vec![batch]).await;
+    assert!(matches!(got, Err(Error::SchemaChanged { version }) if version == before + 1), "{got:?}");
+    let after = latest(&uri).await;
+    assert_eq!(after.manifest().version, before + 1, "only the schema change landed");
+    assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
+}
+
 /// Staged files are committed on a later base only if it has exactly their columns: a column added
 /// between the staging and the commit refuses the insert, with nothing of it written.
 #[tokio::test]
 async fn a_strict_insert_whose_table_gained_a_column_meanwhile_writes_nothing() {
     use arrow_schema::{DataType, Field, Schema};
     use lance::dataset::NewColumnTransform;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = temp_uri(&dir, "t");
-    let mut table = keyed_table(&uri, &[1]).await;
-    {
-        let uri = uri.clone();
-        lance_actions_commit::hooks::register("keyed:insert-staged", &uri.clone(), move || async move {
-            let mut ds = Dataset::open(&uri).await.expect("open");
-            let extra = Arc::new(Schema::new(vec![Field::new("extra", DataType::Utf8, true)]));
-            ds.add_columns(NewColumnTransform::AllNulls(extra), None, None).await.expect("a column is added");
-        });
-    }
-    let before = latest(&uri).await.manifest().version;
-    let got = table.insert(vec![rows(&[2, 3], 0)]).await;
-    assert!(matches!(got, Err(Error::SchemaChanged { version }) if version == before + 1), "{got:?}");
-    let after = latest(&uri).await;
-    assert_eq!(after.manifest().version, before + 1, "only the added column landed");
-    assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
+    assert_insert_refused_after_schema_change(rows(&[2, 3], 0), |uri| async move {
+        let mut ds = Dataset::open(&uri).await.expect("open");
+        let extra = Arc::new(Schema::new(vec![Field::new("extra", DataType::Utf8, true)]));
+        ds.add_columns(NewColumnTransform::AllNulls(extra), None, None).await.expect("a column is added");
+    })
+    .await;
 }
 
 /// A column made non-nullable between the staging and the commit (Lance checks only the rows it
@@ -292,18 +302,6 @@ async fn a_strict_insert_whose_table_gained_a_column_meanwhile_writes_nothing() 
 async fn a_strict_insert_whose_column_became_non_nullable_meanwhile_writes_nothing() {
     use arrow_array::{Int64Array, StringArray};
     use lance::dataset::ColumnAlteration;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let uri = temp_uri(&dir, "t");
-    let mut table = keyed_table(&uri, &[1]).await;
-    {
-        let uri = uri.clone();
-        lance_actions_commit::hooks::register("keyed:insert-staged", &uri.clone(), move || async move {
-            let mut ds = Dataset::open(&uri).await.expect("open");
-            let tighten = ColumnAlteration::new("name".into()).set_nullable(false);
-            ds.alter_columns(&[tighten]).await.expect("name is made non-nullable");
-        });
-    }
-    let before = latest(&uri).await.manifest().version;
     let with_null_name = RecordBatch::try_new(
         schema(),
         vec![
@@ -313,11 +311,12 @@ async fn a_strict_insert_whose_column_became_non_nullable_meanwhile_writes_nothi
         ],
     )
     .expect("batch");
-    let got = table.insert(vec![with_null_name]).await;
-    assert!(matches!(got, Err(Error::SchemaChanged { version }) if version == before + 1), "{got:?}");
-    let after = latest(&uri).await;
-    assert_eq!(after.manifest().version, before + 1, "only the alteration landed");
-    assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
+    assert_insert_refused_after_schema_change(with_null_name, |uri| async move {
+        let mut ds = Dataset::open(&uri).await.expect("open");
+        let tighten = ColumnAlteration::new("name".into()).set_nullable(false);
+        ds.alter_columns(&[tighten]).await.expect("name is made non-nullable");
+    })
+    .await;
 }
 
 /// Lance's 2.1+ files hold no column for a list's or a struct's parent field: a table with nested
