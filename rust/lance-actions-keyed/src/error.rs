@@ -129,14 +129,16 @@ pub enum Error {
     ))]
     Contention { attempts: usize, last: String },
 
-    /// A strict insert's rows were staged for columns the table no longer has exactly: a concurrent
-    /// commit added or dropped a column after they were written. Staged rows are committed as they
-    /// are on every attempt (an append does not depend on its base), never for another schema.
+    /// A strict insert's rows were staged for a version whose columns the table no longer has
+    /// exactly: a commit since changed a column (added, dropped, retyped, made non-nullable) or the
+    /// file format. Staged rows are committed as they are on every attempt (an append does not
+    /// depend on its base), never into columns they were not written for.
     #[snafu(display(
-        "the table's columns changed at v{version} while the rows were being inserted; nothing was written: \
-         read the table again and insert rows that fit its columns"
+        "the table's columns changed between v{staged}, which the rows were written for, and v{version} \
+         ({detail}); nothing was written: retry the insert (with rows that have the table's current \
+         columns if a column was added or dropped)"
     ))]
-    SchemaChanged { version: u64 },
+    SchemaChanged { staged: u64, version: u64, detail: String },
 
     /// A write of several chunks stopped after some chunks had landed: those stay (each chunk is
     /// atomic, the write as a whole is not), the rest was not written.

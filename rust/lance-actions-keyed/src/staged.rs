@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
+use lance_core::datatypes::{Field, Schema};
 use lance_table::format::Fragment;
 
 use crate::error::{Error, LanceContext, Result};
@@ -48,7 +49,6 @@ impl KeyedTable {
             .iter()
             .flat_map(|f| f.files.iter().map(|file| file.path.as_str()))
             .collect();
-        let wanted: BTreeSet<i32> = self.dataset.schema().fields_pre_order().map(|f| f.id).collect();
         let version = self.dataset.manifest().version;
         let mut seen = BTreeSet::new();
         for (i, fragment) in fragments.iter().enumerate() {
@@ -68,7 +68,8 @@ impl KeyedTable {
                 }
             }
             let covered: BTreeSet<i32> = fragment.files.iter().flat_map(|f| f.fields.iter().copied()).collect();
-            if covered != wanted {
+            if !stores_every_column(self.dataset.schema(), &covered) {
+                let wanted: BTreeSet<i32> = self.dataset.schema().fields_pre_order().map(|f| f.id).collect();
                 return Err(at(format!(
                     "it was written for another schema (field ids {covered:?}; the table's at v{version} are {wanted:?})"
                 )));
@@ -88,5 +89,22 @@ impl KeyedTable {
         scan.scan_in_order(true);
         let stream = scan.try_into_stream().await.lance("reading the staged rows' keys")?;
         stream.try_collect().await.lance("reading the staged rows' keys")
+    }
+}
+
+/// Whether data files holding the field ids `covered` store every column of `schema`: no id is
+/// foreign to the schema, and every leaf field has a column of its own or in an ancestor (a packed
+/// struct). Lance's 2.1+ files hold no column for a list's or a struct's parent field; 2.0 files do.
+fn stores_every_column(schema: &Schema, covered: &BTreeSet<i32>) -> bool {
+    let known: BTreeSet<i32> = schema.fields_pre_order().map(|f| f.id).collect();
+    covered.is_subset(&known) && schema.fields.iter().all(|field| leaves_stored(field, covered, false))
+}
+
+fn leaves_stored(field: &Field, covered: &BTreeSet<i32>, in_ancestor: bool) -> bool {
+    let here = in_ancestor || covered.contains(&field.id);
+    if field.children.is_empty() {
+        here
+    } else {
+        field.children.iter().all(|child| leaves_stored(child, covered, here))
     }
 }

@@ -21,6 +21,7 @@ use lance_actions::actions::add_fragments::AddFragments;
 use lance_actions::keys::InsertedKeys;
 use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
 use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+use lance_core::datatypes::{NullabilityComparison, SchemaCompareOptions};
 use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyValue};
 use lance_table::format::{DataStorageFormat, Fragment};
 
@@ -38,9 +39,10 @@ pub(crate) enum NewRows {
 }
 
 /// Fragments staged for one version of the table, with what of that version their files depend
-/// on: its schema (field ids, types, nullability) and its file format.
+/// on: its columns (field ids, types, nullability, children) and its file format.
 pub(crate) struct StagedRows {
     fragments: Vec<Fragment>,
+    version: u64,
     schema: lance_core::datatypes::Schema,
     format: DataStorageFormat,
 }
@@ -48,14 +50,40 @@ pub(crate) struct StagedRows {
 impl StagedRows {
     /// `fragments`, staged for (or checked against) `dataset`'s version.
     pub(crate) fn for_version(fragments: Vec<Fragment>, dataset: &Dataset) -> Self {
-        Self { fragments, schema: dataset.schema().clone(), format: dataset.manifest().data_storage_format.clone() }
+        Self {
+            fragments,
+            version: dataset.manifest().version,
+            schema: dataset.schema().clone(),
+            format: dataset.manifest().data_storage_format.clone(),
+        }
     }
 
-    /// Whether files staged for their version can be committed as they are on `dataset`'s: the
-    /// same schema, exactly, and the same file format. A column added or dropped, a type or a
+    /// The fragments, if files staged for their version can be committed as they are on
+    /// `dataset`'s: the same columns and file format. A column added or dropped, a type or a
     /// nullability changed, an overwrite's new schema: each would leave files that do not fit.
-    fn fit(&self, dataset: &Dataset) -> bool {
-        dataset.schema() == &self.schema && dataset.manifest().data_storage_format == self.format
+    /// Field metadata and dictionaries are not compared: the files do not depend on them.
+    fn fitting(&self, dataset: &Dataset) -> Result<&[Fragment]> {
+        let changed =
+            |detail: String| Error::SchemaChanged { staged: self.version, version: dataset.manifest().version, detail };
+        if self.fragments.is_empty() {
+            return Ok(&self.fragments);
+        }
+        let format = &dataset.manifest().data_storage_format;
+        if format != &self.format {
+            return Err(changed(format!(
+                "file format {} {} then, {} {} now",
+                self.format.file_format, self.format.version, format.file_format, format.version
+            )));
+        }
+        let columns = SchemaCompareOptions {
+            compare_field_ids: true,
+            compare_nullability: NullabilityComparison::Strict,
+            ..Default::default()
+        };
+        match dataset.schema().explain_difference(&self.schema, &columns) {
+            None => Ok(&self.fragments),
+            Some(difference) => Err(changed(difference)),
+        }
     }
 }
 
@@ -134,15 +162,16 @@ impl KeyedTable {
     /// and version stamps at commit), so long as the attempt's base has exactly the schema and file
     /// format they were staged for ([`Error::SchemaChanged`] otherwise).
     async fn fragments_for_attempt(&self, rows: &mut NewRows) -> Result<Vec<Fragment>> {
-        if let NewRows::Batches(batches) = rows {
-            let batches = std::mem::take(batches);
-            let fragments = stage::new_fragments(&self.dataset, batches, &self.options.progress).await?;
-            *rows = NewRows::Staged(StagedRows::for_version(fragments, &self.dataset));
-        }
-        match rows {
-            NewRows::Staged(staged) if staged.fit(&self.dataset) => Ok(staged.fragments.clone()),
-            _ => Err(Error::SchemaChanged { version: self.dataset.manifest().version }),
-        }
+        let staged = match std::mem::replace(rows, NewRows::Batches(Vec::new())) {
+            NewRows::Batches(batches) => {
+                let fragments = stage::new_fragments(&self.dataset, batches, &self.options.progress).await?;
+                StagedRows::for_version(fragments, &self.dataset)
+            }
+            NewRows::Staged(staged) => staged,
+        };
+        let fragments = staged.fitting(&self.dataset).map(<[Fragment]>::to_vec);
+        *rows = NewRows::Staged(staged);
+        fragments
     }
 
     /// Upsert: insert new keys, update present ones. On any conflict the whole attempt re-runs from

@@ -262,8 +262,8 @@ async fn a_strict_insert_that_loses_a_race_commits_what_it_staged_once_and_holds
 
 /// A strict insert of `batch` into a keyed table holding key 1, with `change` (a schema change
 /// made through Lance on the table at the uri it is given) landing between the staging and the
-/// commit: refused as `SchemaChanged`, only the change landed, no row of the insert.
-async fn assert_insert_refused_after_schema_change<F, Fut>(batch: RecordBatch, change: F)
+/// commit: refused as `SchemaChanged` naming `column`, only the change landed, no row of the insert.
+async fn assert_insert_refused_after_schema_change<F, Fut>(batch: RecordBatch, column: &str, change: F)
 where
     F: FnOnce(String) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -275,7 +275,13 @@ where
     lance_actions_commit::hooks::register("keyed:insert-staged", &uri, move || change(at));
     let before = latest(&uri).await.manifest().version;
     let got = table.insert(vec![batch]).await;
-    assert!(matches!(got, Err(Error::SchemaChanged { version }) if version == before + 1), "{got:?}");
+    match got {
+        Err(Error::SchemaChanged { staged, version, detail }) => {
+            assert_eq!((staged, version), (before, before + 1));
+            assert!(detail.contains(column), "{detail}");
+        }
+        other => panic!("expected SchemaChanged, got {other:?}"),
+    }
     let after = latest(&uri).await;
     assert_eq!(after.manifest().version, before + 1, "only the schema change landed");
     assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
@@ -287,7 +293,7 @@ where
 async fn a_strict_insert_whose_table_gained_a_column_meanwhile_writes_nothing() {
     use arrow_schema::{DataType, Field, Schema};
     use lance::dataset::NewColumnTransform;
-    assert_insert_refused_after_schema_change(rows(&[2, 3], 0), |uri| async move {
+    assert_insert_refused_after_schema_change(rows(&[2, 3], 0), "extra", |uri| async move {
         let mut ds = Dataset::open(&uri).await.expect("open");
         let extra = Arc::new(Schema::new(vec![Field::new("extra", DataType::Utf8, true)]));
         ds.add_columns(NewColumnTransform::AllNulls(extra), None, None).await.expect("a column is added");
@@ -311,7 +317,7 @@ async fn a_strict_insert_whose_column_became_non_nullable_meanwhile_writes_nothi
         ],
     )
     .expect("batch");
-    assert_insert_refused_after_schema_change(with_null_name, |uri| async move {
+    assert_insert_refused_after_schema_change(with_null_name, "name", |uri| async move {
         let mut ds = Dataset::open(&uri).await.expect("open");
         let tighten = ColumnAlteration::new("name".into()).set_nullable(false);
         ds.alter_columns(&[tighten]).await.expect("name is made non-nullable");
