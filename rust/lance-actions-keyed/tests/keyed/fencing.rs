@@ -329,35 +329,13 @@ async fn a_strict_insert_whose_column_became_non_nullable_meanwhile_writes_nothi
 /// columns takes strict inserts, and one lost race later the staged files still fit.
 #[tokio::test]
 async fn a_strict_insert_with_nested_columns_lands_on_a_later_attempt_too() {
-    use arrow_array::builder::{ListBuilder, StringBuilder};
     use arrow_array::{Int64Array, StructArray};
-    use arrow_schema::{DataType, Field, Fields, Schema};
-    let point = Fields::from(vec![Field::new("x", DataType::Int64, true), Field::new("y", DataType::Int64, true)]);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
-        Field::new("at", DataType::Struct(point.clone()), true),
-    ]));
-    let nested = |ids: &[i64]| {
-        let mut tags = ListBuilder::new(StringBuilder::new());
-        for id in ids {
-            tags.values().append_value(format!("t{id}"));
-            tags.append(true);
-        }
-        let xs = Arc::new(Int64Array::from(ids.to_vec()));
-        let at = StructArray::new(point.clone(), vec![xs.clone(), xs], None);
-        RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(tags.finish()), Arc::new(at)],
-        )
-        .expect("batch")
-    };
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = temp_uri(&dir, "t");
-    let mut table = KeyedTable::create(&uri, vec![nested(&[1])], &["id"]).await.expect("create");
-    table.insert(vec![nested(&[2, 3])]).await.expect("a nested strict insert lands");
+    let mut table = KeyedTable::create(&uri, vec![nested_rows(&[1])], &["id"]).await.expect("create");
+    table.insert(vec![nested_rows(&[2, 3])]).await.expect("a nested strict insert lands");
     {
-        let (uri, foreign) = (uri.clone(), nested(&[9]));
+        let (uri, foreign) = (uri.clone(), nested_rows(&[9]));
         lance_actions_commit::hooks::register("keyed:insert-staged", &uri.clone(), move || async move {
             let ds = latest(&uri).await;
             let append = InsertBuilder::new(ds.clone())
@@ -368,7 +346,7 @@ async fn a_strict_insert_with_nested_columns_lands_on_a_later_attempt_too() {
             lance_plain(&ds, append).await.expect("an undeclared append lands");
         });
     }
-    let outcome = table.insert(vec![nested(&[4, 5])]).await.expect("lands on a second attempt");
+    let outcome = table.insert(vec![nested_rows(&[4, 5])]).await.expect("lands on a second attempt");
     assert_eq!(outcome.attempts, 2);
     let ds = latest(&uri).await;
     assert_eq!(ds.count_rows(None).await.expect("count"), 6);

@@ -140,30 +140,10 @@ async fn two_coordinators_racing_one_key_have_one_winner() {
 /// table with nested columns are taken (a check of every field id refused them all).
 #[tokio::test]
 async fn staged_fragments_of_a_table_with_nested_columns_land() {
-    use arrow_array::builder::{ListBuilder, StringBuilder};
-    use arrow_array::{Int64Array, StructArray};
-    use arrow_schema::{DataType, Field, Fields, Schema};
-    let point = Fields::from(vec![Field::new("x", DataType::Int64, true)]);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
-        Field::new("at", DataType::Struct(point.clone()), true),
-    ]));
-    let nested = |ids: &[i64]| {
-        let mut tags = ListBuilder::new(StringBuilder::new());
-        for id in ids {
-            tags.values().append_value(format!("t{id}"));
-            tags.append(true);
-        }
-        let at = StructArray::new(point.clone(), vec![Arc::new(Int64Array::from(ids.to_vec()))], None);
-        let columns: Vec<arrow_array::ArrayRef> =
-            vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(tags.finish()), Arc::new(at)];
-        RecordBatch::try_new(schema.clone(), columns).expect("batch")
-    };
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = temp_uri(&dir, "t");
-    let mut table = KeyedTable::create(&uri, vec![nested(&[1])], &["id"]).await.expect("create");
-    let fragments = stage(&latest(&uri).await, nested(&[2, 3])).await;
+    let mut table = KeyedTable::create(&uri, vec![nested_rows(&[1])], &["id"]).await.expect("create");
+    let fragments = stage(&latest(&uri).await, nested_rows(&[2, 3])).await;
     let out = table.insert_fragments(fragments).await.expect("nested fragments land");
     assert_eq!(out.inserted, 2);
     assert_eq!(latest(&uri).await.count_rows(None).await.expect("count"), 3);

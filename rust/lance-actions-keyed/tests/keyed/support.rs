@@ -30,6 +30,29 @@ pub fn rows(ids: &[i64], v: i64) -> RecordBatch {
     .expect("batch")
 }
 
+/// Rows `id`, `tags` (a list of strings: `["t{id}"]`) and `at` (a struct: `x = y = id`): a table
+/// with nested columns, whose parent fields Lance's 2.1+ files store no column for.
+pub fn nested_rows(ids: &[i64]) -> RecordBatch {
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, StructArray};
+    use arrow_schema::Fields;
+    let point = Fields::from(vec![Field::new("x", DataType::Int64, true), Field::new("y", DataType::Int64, true)]);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+        Field::new("at", DataType::Struct(point.clone()), true),
+    ]));
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    for id in ids {
+        tags.values().append_value(format!("t{id}"));
+        tags.append(true);
+    }
+    let xs: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
+    let at = StructArray::new(point, vec![xs.clone(), xs], None);
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(tags.finish()), Arc::new(at)])
+        .expect("nested batch")
+}
+
 /// Just the key column, for deletes.
 pub fn keys(ids: &[i64]) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
