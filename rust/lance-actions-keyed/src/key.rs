@@ -100,12 +100,18 @@ impl KeySpec {
     /// set of Lance's own key hashes up to [`EXACT_LANCE_FILTER_MAX_KEYS`] keys, and its bloom
     /// filter, built from `exact`'s hashes (inserting a hash twice sets no other bit), above.
     pub fn inserted_keys_of(&self, keys: &[KeyValue], exact: KeyHashSet) -> Result<InsertedKeys> {
-        let lance_filter = if keys.len() <= EXACT_LANCE_FILTER_MAX_KEYS {
-            lance_exact_filter_of(self.field_ids.clone(), keys)
-        } else {
-            lance_filter_of(self.field_ids.clone(), exact.hashes())?
-        };
-        Ok(InsertedKeys { lance_filter: Some(lance_filter), exact: Some(exact) })
+        let few = (keys.len() <= EXACT_LANCE_FILTER_MAX_KEYS).then_some(keys);
+        Ok(InsertedKeys { lance_filter: Some(self.lance_filter(few, &exact)?), exact: Some(exact) })
+    }
+
+    /// Lance's filter of keys whose exact set is `exact`: Lance's exact set of `few` (the values,
+    /// given when there are at most [`EXACT_LANCE_FILTER_MAX_KEYS`]), else its bloom filter built
+    /// from `exact`'s hashes (inserting a hash twice sets no other bit).
+    fn lance_filter(&self, few: Option<&[KeyValue]>, exact: &KeyHashSet) -> Result<KeyExistenceFilter> {
+        match few {
+            Some(keys) => Ok(lance_exact_filter_of(self.field_ids.clone(), keys)),
+            None => lance_filter_of(self.field_ids.clone(), exact.hashes()),
+        }
     }
 
     /// The exact hash set of `keys`.
@@ -241,10 +247,7 @@ impl RowKeys {
     /// What an insert of these keys declares ([`KeySpec::inserted_keys`], without rebuilding the
     /// hash set).
     pub fn declared(&self) -> Result<InsertedKeys> {
-        let lance_filter = match &self.kept {
-            Some(keys) => lance_exact_filter_of(self.spec.field_ids.clone(), keys),
-            None => lance_filter_of(self.spec.field_ids.clone(), self.exact.hashes())?,
-        };
+        let lance_filter = self.spec.lance_filter(self.kept(), &self.exact)?;
         Ok(InsertedKeys { lance_filter: Some(lance_filter), exact: Some(self.exact.clone()) })
     }
 

@@ -115,8 +115,8 @@ impl KeyedTable {
     /// switches to an update. The whole insert is one commit, however many chunks it is staged in.
     pub async fn insert(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
         // The conformed batches share the given ones' buffers. The writer gets the only handle to
-        // them (the keys keep only the key columns), so the rows are freed once written, as a
-        // plain append's are, rather than held through the commit.
+        // them (the keys hold values or a copy of the key columns, no buffer of the rows), so the
+        // rows are freed once written, as a plain append's are, rather than held through the commit.
         let conformed = conform(&batches, &self.arrow_schema)?;
         drop(batches);
         let keys = self.key.row_keys(&conformed)?;
