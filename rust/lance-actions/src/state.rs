@@ -1,17 +1,21 @@
 //! The table as the action model sees it: a pure, cheap summary of a Lance manifest and its indices,
 //! against which actions validate and to which they apply.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use lance_core::datatypes::Schema;
 use lance_table::format::{BasePath, Fragment, IndexMetadata, Manifest};
+
+mod fragments;
+pub use fragments::Fragments;
 
 /// The working state a transaction is validated and applied against.
 #[derive(Debug, Clone)]
 pub struct TableState {
     /// The version this state describes.
     pub version: u64,
-    pub fragments: BTreeMap<u64, Fragment>,
+    /// By id; shares the manifest's list and holds only what the transaction changed.
+    pub fragments: Fragments,
     /// Highest fragment id ever allocated; the next new fragment gets `max_fragment_id + 1`, or 0
     /// while `no_fragment_id_yet` (Lance's first fragment is 0).
     pub max_fragment_id: u64,
@@ -32,7 +36,7 @@ impl TableState {
     pub fn from_manifest(manifest: &Manifest, indices: &[IndexMetadata]) -> Self {
         Self {
             version: manifest.version,
-            fragments: manifest.fragments.iter().map(|f| (f.id, f.clone())).collect(),
+            fragments: Fragments::shared(manifest.fragments.clone()),
             // Lance's own reading: the stored high-water mark, or the highest id present.
             max_fragment_id: manifest.max_fragment_id().unwrap_or(0),
             no_fragment_id_yet: manifest.max_fragment_id().is_none(),
@@ -49,7 +53,7 @@ impl TableState {
     pub fn empty(schema: Schema) -> Self {
         Self {
             version: 0,
-            fragments: BTreeMap::new(),
+            fragments: Fragments::default(),
             max_fragment_id: 0,
             // Tests and the matrix number fragments from 1.
             no_fragment_id_yet: false,
@@ -86,7 +90,7 @@ impl TableState {
         // Positive and negative space: a fresh id is above every id the table holds, so it is none
         // of them (the replay's fragment map pairs ids by this order).
         debug_assert!(
-            self.fragments.keys().next_back().is_none_or(|held| *held < id),
+            self.fragments.last_id().is_none_or(|held| held < id),
             "fragment id {id} allocated at or below an id the table holds"
         );
         id

@@ -1,0 +1,381 @@
+//! A table's fragments by id, sharing the manifest's list instead of copying it.
+//!
+//! Every commit attempt summarises one or two manifests (its base, and the head it lands on), and the
+//! driver applies the transaction to a copy of the head. A manifest holds every fragment of the
+//! table, each with its data files, paths and field lists; copying them all, two or three times per
+//! attempt, was most of what our commit path spent beyond Lance's own (`design/benchmarks.md`, "An
+//! append's CPU"). An action changes a handful of fragments, so the map keeps the manifest's
+//! `Arc<Vec<Fragment>>` as it is and records only the changes: a copy of this map copies the
+//! changes, and a change copies the one fragment it touches.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::iter::Peekable;
+use std::sync::Arc;
+
+use lance_table::format::Fragment;
+
+/// Fragments by id, iterated in ascending id order (as a `BTreeMap<u64, Fragment>` would be).
+#[derive(Clone, Default)]
+pub struct Fragments {
+    /// The manifest's list, shared with it and never written.
+    base: Arc<Vec<Fragment>>,
+    /// Positions of `base` in ascending id order, when the list is not already in that order (Lance
+    /// keeps appended fragments in id order, but a compaction puts a new id where the old one was).
+    order: Option<Arc<Vec<u32>>>,
+    /// What changed since `base`: a fragment added or replaced (`Some`), or removed (`None`).
+    changes: BTreeMap<u64, Option<Fragment>>,
+    /// How many fragments there are, changes included.
+    len: usize,
+}
+
+impl Fragments {
+    /// The fragments of a manifest's list, sharing it. Ids are unique in a manifest Lance wrote; a
+    /// list with a repeated id keeps the later fragment under it, as collecting into a map would.
+    pub fn shared(list: Arc<Vec<Fragment>>) -> Self {
+        let in_order = list.windows(2).all(|pair| pair[0].id < pair[1].id);
+        if in_order {
+            let len = list.len();
+            return Self { base: list, order: None, changes: BTreeMap::new(), len };
+        }
+        let mut positions: Vec<u32> = (0..list.len()).filter_map(|p| u32::try_from(p).ok()).collect();
+        // Stable, so among equal ids the later position sorts last; dedup keeps the last of each run.
+        positions.sort_by_key(|p| list[*p as usize].id);
+        let mut kept: Vec<u32> = Vec::with_capacity(positions.len());
+        for p in positions {
+            match kept.last_mut() {
+                Some(last) if list[*last as usize].id == list[p as usize].id => *last = p,
+                _ => kept.push(p),
+            }
+        }
+        let len = kept.len();
+        Self { base: list, order: Some(Arc::new(kept)), changes: BTreeMap::new(), len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn get(&self, id: &u64) -> Option<&Fragment> {
+        match self.changes.get(id) {
+            Some(changed) => changed.as_ref(),
+            None => self.in_base(*id),
+        }
+    }
+
+    pub fn contains_key(&self, id: &u64) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// The fragment to change in place: copied out of the shared list the first time.
+    pub fn get_mut(&mut self, id: &u64) -> Option<&mut Fragment> {
+        if !self.changes.contains_key(id) {
+            let copy = self.in_base(*id)?.clone();
+            self.changes.insert(*id, Some(copy));
+        }
+        self.changes.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// Add or replace a fragment; the one it replaces, if any.
+    pub fn insert(&mut self, id: u64, fragment: Fragment) -> Option<Fragment> {
+        let before = self.take(id);
+        self.changes.insert(id, Some(fragment));
+        self.len += 1;
+        before
+    }
+
+    /// Remove a fragment; the one removed, if any.
+    pub fn remove(&mut self, id: &u64) -> Option<Fragment> {
+        let before = self.take(*id);
+        if before.is_some() {
+            self.changes.insert(*id, None);
+        }
+        before
+    }
+
+    /// No fragments at all (a table replaced by an overwrite).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Ids and fragments in ascending id order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { base: self.base_in_order().peekable(), changes: self.changes.iter().peekable() }
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &u64> + '_ {
+        self.iter().map(|(id, _)| id)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Fragment> + '_ {
+        self.iter().map(|(_, fragment)| fragment)
+    }
+
+    /// The highest id held.
+    pub fn last_id(&self) -> Option<u64> {
+        let in_base = self.base_in_order().map(|f| f.id).filter(|id| !self.changes.contains_key(id)).last();
+        let changed = self.changes.iter().rev().find(|(_, f)| f.is_some()).map(|(id, _)| *id);
+        in_base.max(changed)
+    }
+
+    /// The fragments as a list in id order (what a manifest built from this state holds).
+    pub fn to_list(&self) -> Vec<Fragment> {
+        self.values().cloned().collect()
+    }
+
+    /// Take `id` out of whatever holds it now, keeping `len` exact.
+    fn take(&mut self, id: u64) -> Option<Fragment> {
+        let before = match self.changes.get_mut(&id) {
+            // A removed fragment stays marked removed, else the shared list's one would show again.
+            Some(changed) => changed.take(),
+            None => self.in_base(id).cloned(),
+        };
+        if before.is_some() {
+            self.len -= 1;
+        }
+        before
+    }
+
+    fn in_base(&self, id: u64) -> Option<&Fragment> {
+        let at = match &self.order {
+            None => self.base.binary_search_by_key(&id, |f| f.id).ok()?,
+            Some(order) => {
+                let k = order.binary_search_by_key(&id, |p| self.base[*p as usize].id).ok()?;
+                order[k] as usize
+            }
+        };
+        self.base.get(at)
+    }
+
+    fn base_in_order(&self) -> BaseInOrder<'_> {
+        BaseInOrder { base: &self.base, order: self.order.as_deref().map(|o| o.as_slice()), next: 0 }
+    }
+}
+
+/// The shared list in ascending id order.
+struct BaseInOrder<'a> {
+    base: &'a [Fragment],
+    order: Option<&'a [u32]>,
+    next: usize,
+}
+
+impl<'a> Iterator for BaseInOrder<'a> {
+    type Item = &'a Fragment;
+
+    fn next(&mut self) -> Option<&'a Fragment> {
+        let at = match self.order {
+            None => self.next,
+            Some(order) => *order.get(self.next)? as usize,
+        };
+        self.next += 1;
+        self.base.get(at)
+    }
+}
+
+/// [`Fragments::iter`]: the shared list and the changes merged by id, a change winning.
+pub struct Iter<'a> {
+    base: Peekable<BaseInOrder<'a>>,
+    changes: Peekable<std::collections::btree_map::Iter<'a, u64, Option<Fragment>>>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a u64, &'a Fragment);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let base_id = self.base.peek().map(|f| f.id);
+            let change_id = self.changes.peek().map(|(id, _)| **id);
+            let from_changes = match (base_id, change_id) {
+                (None, None) => return None,
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (Some(b), Some(c)) => {
+                    if b == c {
+                        // Replaced or removed: the change speaks for this id.
+                        self.base.next();
+                    }
+                    c <= b
+                }
+            };
+            if !from_changes {
+                let fragment = self.base.next()?;
+                return Some((&fragment.id, fragment));
+            }
+            if let (id, Some(fragment)) = self.changes.next()? {
+                return Some((id, fragment));
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Fragments {
+    type Item = (&'a u64, &'a Fragment);
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl std::ops::Index<&u64> for Fragments {
+    type Output = Fragment;
+
+    /// Panics when the id is absent, as a map's index does: for ids the caller has just checked.
+    fn index(&self, id: &u64) -> &Fragment {
+        self.get(id).unwrap_or_else(|| panic!("no fragment {id}"))
+    }
+}
+
+impl FromIterator<(u64, Fragment)> for Fragments {
+    fn from_iter<I: IntoIterator<Item = (u64, Fragment)>>(items: I) -> Self {
+        let mut out = Self::default();
+        for (id, fragment) in items {
+            out.insert(id, fragment);
+        }
+        out
+    }
+}
+
+impl Extend<(u64, Fragment)> for Fragments {
+    fn extend<I: IntoIterator<Item = (u64, Fragment)>>(&mut self, items: I) {
+        for (id, fragment) in items {
+            self.insert(id, fragment);
+        }
+    }
+}
+
+impl PartialEq for Fragments {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl fmt::Debug for Fragments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Model-based: every operation on a map built over a shared list, in or out of id order, is
+    //! checked against the same operation on a `BTreeMap` built by copying the list.
+
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use lance_table::format::Fragment;
+    use proptest::prelude::*;
+
+    use super::Fragments;
+
+    fn fragment(id: u64, rows: usize) -> Fragment {
+        let mut f = Fragment::new(id);
+        f.physical_rows = Some(rows);
+        f
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64, usize),
+        Remove(u64),
+        Touch(u64, usize),
+        Clone,
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..24, 0usize..9).prop_map(|(id, rows)| Op::Insert(id, rows)),
+            3 => (0u64..24).prop_map(Op::Remove),
+            3 => (0u64..24, 0usize..9).prop_map(|(id, rows)| Op::Touch(id, rows)),
+            1 => Just(Op::Clone),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn assert_same(ours: &Fragments, model: &BTreeMap<u64, Fragment>) {
+        assert_eq!(ours.len(), model.len());
+        assert_eq!(ours.is_empty(), model.is_empty());
+        let listed: Vec<(u64, Fragment)> = ours.iter().map(|(id, f)| (*id, f.clone())).collect();
+        let expected: Vec<(u64, Fragment)> = model.iter().map(|(id, f)| (*id, f.clone())).collect();
+        assert_eq!(listed, expected);
+        assert_eq!(ours.last_id(), model.keys().next_back().copied());
+        for id in 0..26 {
+            assert_eq!(ours.get(&id), model.get(&id), "fragment {id}");
+            assert_eq!(ours.contains_key(&id), model.contains_key(&id));
+        }
+        assert_eq!(ours.to_list(), model.values().cloned().collect::<Vec<_>>());
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_as_a_map_of_copied_fragments(
+            ids in proptest::collection::vec(0u64..20, 0..12),
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            // The list as a manifest may hold it: any order (a repeated id keeps the later one).
+            let list: Vec<Fragment> = ids.iter().enumerate().map(|(k, id)| fragment(*id, k)).collect();
+            let mut model: BTreeMap<u64, Fragment> = list.iter().map(|f| (f.id, f.clone())).collect();
+            let shared = Arc::new(list);
+            let mut ours = Fragments::shared(shared.clone());
+            let untouched = shared.as_ref().clone();
+            assert_same(&ours, &model);
+            for op in ops {
+                match op {
+                    Op::Insert(id, rows) => {
+                        prop_assert_eq!(ours.insert(id, fragment(id, rows)), model.insert(id, fragment(id, rows)));
+                    }
+                    Op::Remove(id) => prop_assert_eq!(ours.remove(&id), model.remove(&id)),
+                    Op::Touch(id, rows) => {
+                        let got = ours.get_mut(&id).map(|f| f.physical_rows = Some(rows));
+                        let want = model.get_mut(&id).map(|f| f.physical_rows = Some(rows));
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::Clone => {
+                        let copy = ours.clone();
+                        prop_assert!(copy == ours);
+                        ours = copy;
+                    }
+                    Op::Clear => {
+                        ours.clear();
+                        model.clear();
+                    }
+                }
+                assert_same(&ours, &model);
+            }
+            // The manifest's list is never written.
+            prop_assert_eq!(shared.as_ref(), &untouched);
+        }
+    }
+
+    #[test]
+    fn a_copy_shares_the_list_and_a_change_stays_in_its_copy() {
+        let shared = Arc::new(vec![fragment(0, 1), fragment(1, 1)]);
+        let first = Fragments::shared(shared.clone());
+        let mut second = first.clone();
+        assert_eq!(Arc::strong_count(&shared), 3, "both maps hold the manifest's list, not a copy");
+        if let Some(f) = second.get_mut(&1) {
+            f.physical_rows = Some(7);
+        }
+        second.remove(&0);
+        assert_eq!(first.get(&1).and_then(|f| f.physical_rows), Some(1));
+        assert!(first.contains_key(&0));
+        assert_eq!(second.get(&1).and_then(|f| f.physical_rows), Some(7));
+        assert!(!second.contains_key(&0));
+        assert!(first != second);
+    }
+
+    #[test]
+    fn a_list_out_of_id_order_iterates_in_id_order() {
+        // A compaction puts the new fragment (id 5) where the old one was.
+        let ours = Fragments::shared(Arc::new(vec![fragment(5, 1), fragment(1, 1), fragment(3, 1)]));
+        assert_eq!(ours.keys().copied().collect::<Vec<_>>(), vec![1, 3, 5]);
+        assert_eq!(ours.last_id(), Some(5));
+        assert!(ours.get(&3).is_some() && ours.get(&2).is_none());
+    }
+}
