@@ -15,8 +15,10 @@
 //! commits; `-- --only <workload>` for one workload; `-- --rounds R` for R rounds instead of three,
 //! which narrows the interval). `-- --profile ours|lance --only <workload> --writers N --rounds R` runs
 //! one way alone, R tables in a row, and prints its commits/s: a `perf record` of it is that way's CPU.
+//! `-- --extra-fragments F` starts every table with F more one-row fragments, which no writer touches: a
+//! large manifest, which every commit reads and writes whole.
 
-use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
+use lance_actions_commit::bench::commit::{Way, Workload, compare_with_fragments, run, run_with_fragments};
 
 /// Runs per way and cell (the median is reported): single runs on a shared 2-core machine vary by
 /// tens of percent. Three rounds put each of three ways first once.
@@ -35,6 +37,13 @@ async fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|r| r.parse::<usize>().expect("--rounds takes a count"))
         .unwrap_or(REPEATS);
+    // Tables that start with this many more one-row fragments (a large manifest).
+    let fragments = args
+        .iter()
+        .position(|a| a == "--extra-fragments")
+        .and_then(|i| args.get(i + 1))
+        .map(|f| f.parse::<usize>().expect("--extra-fragments takes a count"))
+        .unwrap_or(0);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
     if let Some(way) = args.iter().position(|a| a == "--profile").and_then(|i| args.get(i + 1)) {
@@ -44,7 +53,7 @@ async fn main() {
             .and_then(|i| args.get(i + 1))
             .map(|n| n.parse::<i64>().expect("--writers takes a count"))
             .unwrap_or(4);
-        profile(&root, way, only.unwrap_or(Workload::Append), writers, commits, rounds).await;
+        profile(&root, way, only.unwrap_or(Workload::Append), writers, commits, rounds, fragments).await;
         return;
     }
     // Warm the page cache, the allocator and Lance's session caches before measuring anything.
@@ -61,7 +70,8 @@ async fn main() {
     for workload in workloads {
         for &n in ns {
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
-            let comparison = compare(&root, &ways, workload, n, commits, rounds).await.expect("run");
+            let comparison =
+                compare_with_fragments(&root, &ways, workload, n, commits, rounds, fragments).await.expect("run");
             let figures = comparison.medians();
             // Ours is compared with the last Lance way: given the affected rows where Lance takes them.
             let (ours, lance) = (ways.len() - 1, ways.len() - 2);
@@ -87,7 +97,15 @@ async fn main() {
 }
 
 /// One way alone, `rounds` tables in a row (each removed after its run): its commits/s per table.
-async fn profile(root: &str, way: &str, workload: Workload, writers: i64, commits: i64, rounds: usize) {
+async fn profile(
+    root: &str,
+    way: &str,
+    workload: Workload,
+    writers: i64,
+    commits: i64,
+    rounds: usize,
+    fragments: usize,
+) {
     let way = match way {
         "ours" => Way::Ours,
         "lance" => *workload.lance_ways().last().expect("every workload has a Lance way"),
@@ -95,7 +113,7 @@ async fn profile(root: &str, way: &str, workload: Workload, writers: i64, commit
     };
     for round in 0..rounds {
         let uri = format!("{root}/profile-{round}");
-        let t = run(&uri, way, workload, writers, commits).await.expect("run");
+        let t = run_with_fragments(&uri, way, workload, writers, commits, fragments).await.expect("run");
         std::fs::remove_dir_all(&uri).expect("remove the table");
         println!(
             "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit",

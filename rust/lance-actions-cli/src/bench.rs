@@ -41,6 +41,10 @@ pub enum BenchCommand {
         /// slower. The rounds' ratios also give an interval: more rounds narrow it.
         #[arg(long, default_value_t = 2)]
         repeats: usize,
+        /// Start every table with this many more one-row fragments, which no writer touches: a
+        /// large manifest, which every commit reads and writes whole.
+        #[arg(long, default_value_t = 0)]
+        extra_fragments: usize,
         #[arg(long, help = JSON_HELP)]
         json: bool,
     },
@@ -78,8 +82,9 @@ impl WorkloadArg {
 
 pub async fn run(command: BenchCommand) -> CliResult {
     match command {
-        BenchCommand::Commit { uri_prefix, writers, ops, workload, repeats, json } => {
-            commit(&uri_prefix, writers, ops, workload.workload(), repeats, json).await
+        BenchCommand::Commit { uri_prefix, writers, ops, workload, repeats, extra_fragments, json } => {
+            let shape = Shape { writers, ops, workload: workload.workload(), repeats, extra_fragments };
+            commit(&uri_prefix, shape, json).await
         }
         BenchCommand::Check { fragments, millis, json } => run_check(&fragments, millis, json).await,
     }
@@ -110,7 +115,18 @@ fn lance_way(workload: Workload) -> Way {
 /// More runs per way than this only repeat what the median already shows.
 const MAX_REPEATS: usize = 25;
 
-async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeats: usize, as_json: bool) -> CliResult {
+/// What `bench commit` runs.
+#[derive(Clone, Copy)]
+struct Shape {
+    writers: i64,
+    ops: i64,
+    workload: Workload,
+    repeats: usize,
+    extra_fragments: usize,
+}
+
+async fn commit(prefix: &str, shape: Shape, as_json: bool) -> CliResult {
+    let Shape { writers, ops, workload, repeats, extra_fragments } = shape;
     if writers < 1 || ops < 1 || repeats < 1 {
         return Err(Failure::new(
             Kind::Usage,
@@ -120,9 +136,15 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
     if repeats > MAX_REPEATS {
         return Err(Failure::new(Kind::Usage, format!("--repeats ({repeats}) is at most {MAX_REPEATS}")));
     }
+    if extra_fragments > bench::commit::MAX_EXTRA_FRAGMENTS {
+        return Err(Failure::new(
+            Kind::Usage,
+            format!("--extra-fragments ({extra_fragments}) is at most {}", bench::commit::MAX_EXTRA_FRAGMENTS),
+        ));
+    }
     let dir = format!("{}/lance-actions-bench-{}", prefix.trim_end_matches('/'), run_directory_name());
     let lance_way = lance_way(workload);
-    let outcome = side_by_side(&dir, lance_way, workload, writers, ops, repeats).await;
+    let outcome = side_by_side(&dir, lance_way, shape).await;
     // The tables are the bench's own: removed whether or not the run completed.
     let removed = bench::remove_tables(&dir).await;
     let (lance, ours, estimate) = outcome.map_err(failure)?;
@@ -137,6 +159,7 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
                 "workload": workload.name(),
                 "writers": writers,
                 "ops": ops,
+                "extra_fragments": extra_fragments,
                 "ours": figures(&ours),
                 "lance": lance_json,
                 "ratio": ratio,
@@ -152,7 +175,9 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
         );
         return Ok(());
     }
-    println!("workload {}, {writers} writer(s) x {ops} commit(s), under {dir}", workload.name());
+    let table =
+        if extra_fragments > 0 { format!(", tables of {extra_fragments} more fragments") } else { String::new() };
+    println!("workload {}, {writers} writer(s) x {ops} commit(s){table}, under {dir}", workload.name());
     print_line(lance_way.name(), &lance);
     print_line("ours", &ours);
     println!("ratio (ours / {}): {ratio:.2}x", lance_way.name());
@@ -172,12 +197,12 @@ async fn commit(prefix: &str, writers: i64, ops: i64, workload: Workload, repeat
 async fn side_by_side(
     dir: &str,
     lance_way: Way,
-    workload: Workload,
-    writers: i64,
-    ops: i64,
-    repeats: usize,
+    shape: Shape,
 ) -> Result<(Throughput, Throughput, Option<RatioEstimate>), BenchError> {
-    let comparison = bench::commit::compare(dir, &[lance_way, Way::Ours], workload, writers, ops, repeats).await?;
+    let Shape { writers, ops, workload, repeats, extra_fragments } = shape;
+    let ways = [lance_way, Way::Ours];
+    let comparison =
+        bench::commit::compare_with_fragments(dir, &ways, workload, writers, ops, repeats, extra_fragments).await?;
     match comparison.medians().as_slice() {
         [lance, ours] => Ok((*lance, *ours, comparison.ratio(1, 0))),
         other => Err(BenchError::Setup { what: format!("expected two ways' figures, got {}", other.len()) }),

@@ -102,3 +102,34 @@ fn bench_refuses_zero_writers_zero_or_too_many_repeats_and_too_many_disjoint_del
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("at most 64 ops"), "{err}");
 }
+
+#[test]
+fn bench_commit_runs_on_tables_of_many_fragments_and_bounds_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefix = dir.path().to_str().expect("utf-8");
+    let (code, out, err) = bench(&[
+        "commit",
+        prefix,
+        "--writers",
+        "2",
+        "--ops",
+        "2",
+        "--repeats",
+        "1",
+        "--extra-fragments",
+        "40",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["extra_fragments"], 40, "{v}");
+    assert!(v["ours"]["commits_per_s"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    assert!(v["lance"]["commits_per_s"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read prefix").collect();
+    assert!(left.is_empty(), "the bench's tables are removed: {left:?}");
+
+    let (code, out, err) = bench(&["commit", prefix, "--extra-fragments", "100001"]);
+    assert_eq!(code, Some(2), "a usage error: {out}{err}");
+    assert!(err.contains("--extra-fragments (100001) is at most 100000"), "{err}");
+    assert!(std::fs::read_dir(dir.path()).expect("read prefix").next().is_none(), "nothing was written");
+}

@@ -107,9 +107,24 @@ const ROWS_PER_FRAGMENT: i64 = 64;
 const MAX_WRITERS: i64 = 1_000;
 const MAX_COMMITS: i64 = 9_000;
 const SHARED_BASE: i64 = 1_000_000;
+/// The ids of the one-row fragments a table of many fragments starts with, above every writer's.
+const FILLER_BASE: i64 = 200_000_000;
+/// At most this many extra fragments: a larger table is not a commit benchmark's to write.
+pub const MAX_EXTRA_FRAGMENTS: usize = 100_000;
 
 /// Create the workload's table at `uri` for `writers` writers of `commits` commits each.
 pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Dataset>> {
+    create_with_fragments(uri, writers, commits, 0).await
+}
+
+/// [`create`], and then `extra` one-row fragments no writer touches, written at once: a table of
+/// many fragments, whose manifest every commit reads and writes whole.
+pub async fn create_with_fragments(uri: &str, writers: i64, commits: i64, extra: usize) -> BenchResult<Arc<Dataset>> {
+    if extra > MAX_EXTRA_FRAGMENTS {
+        return Err(BenchError::Setup {
+            what: format!("extra fragments ({extra}) must be at most {MAX_EXTRA_FRAGMENTS}"),
+        });
+    }
     let own: Vec<i64> = (0..writers * ROWS_PER_FRAGMENT).collect();
     let shared: Vec<i64> = (0..writers * commits).map(|i| SHARED_BASE + i).collect();
     // Storage options registered for the prefix (the CLI's `--storage-option`) reach every open.
@@ -127,6 +142,15 @@ pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Da
         .execute(vec![batch(&shared)?])
         .await
         .map_err(lance_err("writing the shared fragment"))?;
+    if extra == 0 {
+        return Ok(Arc::new(ds));
+    }
+    let filler: Vec<i64> = (0..extra as i64).map(|i| FILLER_BASE + i).collect();
+    let ds = InsertBuilder::new(Arc::new(ds))
+        .with_params(&WriteParams { mode: WriteMode::Append, max_rows_per_file: 1, ..Default::default() })
+        .execute(vec![batch(&filler)?])
+        .await
+        .map_err(lance_err("writing the extra fragments"))?;
     Ok(Arc::new(ds))
 }
 
@@ -281,6 +305,18 @@ async fn writer(
 
 /// Create the table at `uri`, then time `writers` concurrent writers of `commits` commits each.
 pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits: i64) -> BenchResult<Throughput> {
+    run_with_fragments(uri, way, workload, writers, commits, 0).await
+}
+
+/// [`run`] on a table that starts with `extra` more fragments ([`create_with_fragments`]).
+pub async fn run_with_fragments(
+    uri: &str,
+    way: Way,
+    workload: Workload,
+    writers: i64,
+    commits: i64,
+    extra: usize,
+) -> BenchResult<Throughput> {
     if writers < 1 || commits < 1 {
         return Err(BenchError::Setup { what: format!("writers ({writers}) and ops ({commits}) must be at least 1") });
     }
@@ -298,7 +334,7 @@ pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits:
             ),
         });
     }
-    create(uri, writers, commits).await?;
+    create_with_fragments(uri, writers, commits, extra).await?;
     let puts = CountingPuts::for_uri(uri).await?;
     let start = Instant::now();
     let handles: Vec<_> =
@@ -335,12 +371,25 @@ pub async fn compare(
     commits: i64,
     repeats: usize,
 ) -> BenchResult<Comparison> {
+    compare_with_fragments(dir, ways, workload, writers, commits, repeats, 0).await
+}
+
+/// [`compare`] on tables that start with `extra` more fragments ([`create_with_fragments`]).
+pub async fn compare_with_fragments(
+    dir: &str,
+    ways: &[Way],
+    workload: Workload,
+    writers: i64,
+    commits: i64,
+    repeats: usize,
+    extra: usize,
+) -> BenchResult<Comparison> {
     let repeats = repeats.max(1);
     let mut runs: Vec<Vec<Throughput>> = vec![Vec::new(); ways.len()];
     for round in 0..repeats {
         for i in round_order(round, ways.len()) {
             let uri = format!("{dir}/{}-{}-{writers}-{round}", workload.name(), ways[i].name());
-            let measured = run(&uri, ways[i], workload, writers, commits).await;
+            let measured = run_with_fragments(&uri, ways[i], workload, writers, commits, extra).await;
             // The table goes whether or not the run completed; the run's error comes first.
             let removed = super::remove_tables(&uri).await;
             runs[i].push(measured?);

@@ -371,6 +371,15 @@ mod tests {
     }
 
     #[test]
+    fn a_fragment_removed_twice_stays_removed() {
+        // The first version forgot the removal on the second remove, and the shared one showed again.
+        let mut ours = Fragments::shared(Arc::new(vec![fragment(13, 1)]));
+        assert!(ours.remove(&13).is_some());
+        assert!(ours.remove(&13).is_none());
+        assert!(ours.get(&13).is_none() && ours.is_empty() && ours.iter().next().is_none());
+    }
+
+    #[test]
     fn a_list_out_of_id_order_iterates_in_id_order() {
         // A compaction puts the new fragment (id 5) where the old one was.
         let ours = Fragments::shared(Arc::new(vec![fragment(5, 1), fragment(1, 1), fragment(3, 1)]));
