@@ -16,9 +16,9 @@
 //! which narrows the interval). `-- --profile ours|lance --only <workload> --writers N --rounds R` runs
 //! one way alone, R tables in a row, and prints its commits/s: a `perf record` of it is that way's CPU.
 //! `-- --extra-fragments F` starts every table with F more one-row fragments, which no writer touches: a
-//! large manifest, which every commit reads and writes whole.
+//! large manifest, which every commit reads and writes whole (a delete scans them all for its rows).
 
-use lance_actions_commit::bench::commit::{Way, Workload, compare_with_fragments, run, run_with_fragments};
+use lance_actions_commit::bench::commit::{Way, Workload, compare, run, run_with_fragments};
 
 /// Runs per way and cell (the median is reported): single runs on a shared 2-core machine vary by
 /// tens of percent. Three rounds put each of three ways first once.
@@ -31,28 +31,13 @@ async fn main() {
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).and_then(|w| Workload::parse(w));
     let ns: &[i64] = if quick { &[1, 4] } else { &[1, 2, 4, 8] };
     let commits = if quick { 10 } else { 50 };
-    let rounds = args
-        .iter()
-        .position(|a| a == "--rounds")
-        .and_then(|i| args.get(i + 1))
-        .map(|r| r.parse::<usize>().expect("--rounds takes a count"))
-        .unwrap_or(REPEATS);
+    let rounds = count(&args, "--rounds").unwrap_or(REPEATS);
     // Tables that start with this many more one-row fragments (a large manifest).
-    let fragments = args
-        .iter()
-        .position(|a| a == "--extra-fragments")
-        .and_then(|i| args.get(i + 1))
-        .map(|f| f.parse::<usize>().expect("--extra-fragments takes a count"))
-        .unwrap_or(0);
+    let fragments = count(&args, "--extra-fragments").unwrap_or(0);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
     if let Some(way) = args.iter().position(|a| a == "--profile").and_then(|i| args.get(i + 1)) {
-        let writers = args
-            .iter()
-            .position(|a| a == "--writers")
-            .and_then(|i| args.get(i + 1))
-            .map(|n| n.parse::<i64>().expect("--writers takes a count"))
-            .unwrap_or(4);
+        let writers = count(&args, "--writers").unwrap_or(4);
         profile(&root, way, only.unwrap_or(Workload::Append), writers, commits, rounds, fragments).await;
         return;
     }
@@ -70,8 +55,7 @@ async fn main() {
     for workload in workloads {
         for &n in ns {
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
-            let comparison =
-                compare_with_fragments(&root, &ways, workload, n, commits, rounds, fragments).await.expect("run");
+            let comparison = compare(&root, &ways, workload, n, commits, rounds, fragments).await.expect("run");
             let figures = comparison.medians();
             // Ours is compared with the last Lance way: given the affected rows where Lance takes them.
             let (ours, lance) = (ways.len() - 1, ways.len() - 2);
@@ -94,6 +78,12 @@ async fn main() {
             }
         }
     }
+}
+
+/// The count given after `flag`, if the flag is given.
+fn count<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
+    let given = args.get(args.iter().position(|a| a == flag)? + 1);
+    Some(given.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{flag} takes a count")))
 }
 
 /// One way alone, `rounds` tables in a row (each removed after its run): its commits/s per table.

@@ -362,20 +362,9 @@ pub async fn run_with_fragments(
 /// way run second was measured on a machine still writing back the first way's files, and each
 /// way's figures fell run after run. On this 2-core machine, ours run second measured 0.95x Lance's
 /// on average over the four writer counts, and run first 1.01x (`design/benchmarks.md`, "Run in
-/// rounds"). Rounds also pair the ways' runs, which [`Comparison::ratio`] uses.
+/// rounds"). Rounds also pair the ways' runs, which [`Comparison::ratio`] uses. The tables start
+/// with `extra` more fragments ([`create_with_fragments`]).
 pub async fn compare(
-    dir: &str,
-    ways: &[Way],
-    workload: Workload,
-    writers: i64,
-    commits: i64,
-    repeats: usize,
-) -> BenchResult<Comparison> {
-    compare_with_fragments(dir, ways, workload, writers, commits, repeats, 0).await
-}
-
-/// [`compare`] on tables that start with `extra` more fragments ([`create_with_fragments`]).
-pub async fn compare_with_fragments(
     dir: &str,
     ways: &[Way],
     workload: Workload,
