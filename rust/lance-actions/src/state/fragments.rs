@@ -22,7 +22,7 @@ pub struct Fragments {
     base: Arc<Vec<Fragment>>,
     /// Positions of `base` in ascending id order, when the list is not already in that order (Lance
     /// keeps appended fragments in id order, but a compaction puts a new id where the old one was).
-    order: Option<Arc<Vec<u32>>>,
+    order: Option<Arc<Vec<usize>>>,
     /// What changed since `base`: a fragment added or replaced (`Some`), or removed (`None`).
     changes: BTreeMap<u64, Option<Fragment>>,
     /// How many fragments there are, changes included.
@@ -38,13 +38,13 @@ impl Fragments {
             let len = list.len();
             return Self { base: list, order: None, changes: BTreeMap::new(), len };
         }
-        let mut positions: Vec<u32> = (0..list.len()).filter_map(|p| u32::try_from(p).ok()).collect();
+        let mut positions: Vec<usize> = (0..list.len()).collect();
         // Stable, so among equal ids the later position sorts last; dedup keeps the last of each run.
-        positions.sort_by_key(|p| list[*p as usize].id);
-        let mut kept: Vec<u32> = Vec::with_capacity(positions.len());
+        positions.sort_by_key(|p| list[*p].id);
+        let mut kept: Vec<usize> = Vec::with_capacity(positions.len());
         for p in positions {
             match kept.last_mut() {
-                Some(last) if list[*last as usize].id == list[p as usize].id => *last = p,
+                Some(last) if list[*last].id == list[p].id => *last = p,
                 _ => kept.push(p),
             }
         }
@@ -80,21 +80,27 @@ impl Fragments {
         self.changes.get_mut(id).and_then(Option::as_mut)
     }
 
-    /// Add or replace a fragment; the one it replaces, if any.
-    pub fn insert(&mut self, id: u64, fragment: Fragment) -> Option<Fragment> {
-        let before = self.take(id);
+    /// Add or replace a fragment; whether it replaced one. (Unlike a map's, it does not hand back
+    /// the one replaced: that would copy it out of the shared list, and no action needs it.)
+    pub fn insert(&mut self, id: u64, fragment: Fragment) -> bool {
+        let replaced = self.remove(&id);
         self.changes.insert(id, Some(fragment));
         self.len += 1;
-        before
+        replaced
     }
 
-    /// Remove a fragment; the one removed, if any.
-    pub fn remove(&mut self, id: &u64) -> Option<Fragment> {
-        let before = self.take(*id);
-        if before.is_some() {
+    /// Remove a fragment; whether there was one (without a copy of it, as [`Fragments::insert`]).
+    pub fn remove(&mut self, id: &u64) -> bool {
+        let held = match self.changes.get(id) {
+            Some(changed) => changed.is_some(),
+            None => self.in_base(*id).is_some(),
+        };
+        if held {
+            // A removed fragment stays marked removed, else the shared list's one would show again.
             self.changes.insert(*id, None);
+            self.len -= 1;
         }
-        before
+        held
     }
 
     /// No fragments at all (a table replaced by an overwrite).
@@ -115,51 +121,49 @@ impl Fragments {
         self.iter().map(|(_, fragment)| fragment)
     }
 
-    /// The highest id held.
+    /// The highest id held: the shared list is walked from its top, past the ids changed.
     pub fn last_id(&self) -> Option<u64> {
-        let in_base = self.base_in_order().map(|f| f.id).filter(|id| !self.changes.contains_key(id)).last();
+        let in_base = (0..self.base_len_in_order())
+            .rev()
+            .filter_map(|k| self.base_in_order_at(k))
+            .map(|f| f.id)
+            .find(|id| !self.changes.contains_key(id));
         let changed = self.changes.iter().rev().find(|(_, f)| f.is_some()).map(|(id, _)| *id);
         in_base.max(changed)
-    }
-
-    /// The fragments as a list in id order (what a manifest built from this state holds).
-    pub fn to_list(&self) -> Vec<Fragment> {
-        self.values().cloned().collect()
-    }
-
-    /// Take `id` out of whatever holds it now, keeping `len` exact.
-    fn take(&mut self, id: u64) -> Option<Fragment> {
-        let before = match self.changes.get_mut(&id) {
-            // A removed fragment stays marked removed, else the shared list's one would show again.
-            Some(changed) => changed.take(),
-            None => self.in_base(id).cloned(),
-        };
-        if before.is_some() {
-            self.len -= 1;
-        }
-        before
     }
 
     fn in_base(&self, id: u64) -> Option<&Fragment> {
         let at = match &self.order {
             None => self.base.binary_search_by_key(&id, |f| f.id).ok()?,
             Some(order) => {
-                let k = order.binary_search_by_key(&id, |p| self.base[*p as usize].id).ok()?;
-                order[k] as usize
+                let k = order.binary_search_by_key(&id, |p| self.base[*p].id).ok()?;
+                order[k]
             }
         };
         self.base.get(at)
     }
 
     fn base_in_order(&self) -> BaseInOrder<'_> {
-        BaseInOrder { base: &self.base, order: self.order.as_deref().map(|o| o.as_slice()), next: 0 }
+        BaseInOrder { of: self, next: 0 }
+    }
+
+    /// How many fragments the shared list holds by distinct id.
+    fn base_len_in_order(&self) -> usize {
+        self.order.as_ref().map_or(self.base.len(), |order| order.len())
+    }
+
+    /// The shared list's `k`-th fragment in id order.
+    fn base_in_order_at(&self, k: usize) -> Option<&Fragment> {
+        match &self.order {
+            None => self.base.get(k),
+            Some(order) => self.base.get(*order.get(k)?),
+        }
     }
 }
 
 /// The shared list in ascending id order.
 struct BaseInOrder<'a> {
-    base: &'a [Fragment],
-    order: Option<&'a [u32]>,
+    of: &'a Fragments,
     next: usize,
 }
 
@@ -167,12 +171,9 @@ impl<'a> Iterator for BaseInOrder<'a> {
     type Item = &'a Fragment;
 
     fn next(&mut self) -> Option<&'a Fragment> {
-        let at = match self.order {
-            None => self.next,
-            Some(order) => *order.get(self.next)? as usize,
-        };
+        let fragment = self.of.base_in_order_at(self.next)?;
         self.next += 1;
-        self.base.get(at)
+        Some(fragment)
     }
 }
 
@@ -309,7 +310,6 @@ mod tests {
             assert_eq!(ours.get(&id), model.get(&id), "fragment {id}");
             assert_eq!(ours.contains_key(&id), model.contains_key(&id));
         }
-        assert_eq!(ours.to_list(), model.values().cloned().collect::<Vec<_>>());
     }
 
     proptest! {
@@ -328,9 +328,9 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(id, rows) => {
-                        prop_assert_eq!(ours.insert(id, fragment(id, rows)), model.insert(id, fragment(id, rows)));
+                        prop_assert_eq!(ours.insert(id, fragment(id, rows)), model.insert(id, fragment(id, rows)).is_some());
                     }
-                    Op::Remove(id) => prop_assert_eq!(ours.remove(&id), model.remove(&id)),
+                    Op::Remove(id) => prop_assert_eq!(ours.remove(&id), model.remove(&id).is_some()),
                     Op::Touch(id, rows) => {
                         let got = ours.get_mut(&id).map(|f| f.physical_rows = Some(rows));
                         let want = model.get_mut(&id).map(|f| f.physical_rows = Some(rows));
@@ -374,8 +374,8 @@ mod tests {
     fn a_fragment_removed_twice_stays_removed() {
         // The first version forgot the removal on the second remove, and the shared one showed again.
         let mut ours = Fragments::shared(Arc::new(vec![fragment(13, 1)]));
-        assert!(ours.remove(&13).is_some());
-        assert!(ours.remove(&13).is_none());
+        assert!(ours.remove(&13));
+        assert!(!ours.remove(&13));
         assert!(ours.get(&13).is_none() && ours.is_empty() && ours.iter().next().is_none());
     }
 
