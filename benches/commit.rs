@@ -18,7 +18,7 @@
 //! `-- --extra-fragments F` starts every table with F more one-row fragments, which no writer touches: a
 //! large manifest, which every commit reads and writes whole (a delete scans them all for its rows).
 
-use lance_actions_commit::bench::commit::{Way, Workload, compare, run, run_with_fragments};
+use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
 
 /// Runs per way and cell (the median is reported): single runs on a shared 2-core machine vary by
 /// tens of percent. Three rounds put each of three ways first once.
@@ -42,8 +42,8 @@ async fn main() {
         return;
     }
     // Warm the page cache, the allocator and Lance's session caches before measuring anything.
-    run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10).await.expect("warm-up");
-    run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10).await.expect("warm-up");
+    run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10, 0).await.expect("warm-up");
+    run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10, 0).await.expect("warm-up");
     println!(
         "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | throughput vs lance | round by round [95%] |"
     );
@@ -103,7 +103,7 @@ async fn profile(
     };
     for round in 0..rounds {
         let uri = format!("{root}/profile-{round}");
-        let t = run_with_fragments(&uri, way, workload, writers, commits, fragments).await.expect("run");
+        let t = run(&uri, way, workload, writers, commits, fragments).await.expect("run");
         std::fs::remove_dir_all(&uri).expect("remove the table");
         println!(
             "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit",

@@ -54,8 +54,8 @@ struct Cell {
 
 async fn measure(s3: &server::S3, ns: &[i64], ops: i64, only: Option<Workload>) {
     // Warm the clients, Lance's session caches and moto itself before anything is measured.
-    run(&uri("warm-lance"), Way::Lance, Workload::Append, 2, 3).await.expect("warm-up");
-    run(&uri("warm-ours"), Way::Ours, Workload::Append, 2, 3).await.expect("warm-up");
+    run(&uri("warm-lance"), Way::Lance, Workload::Append, 2, 3, 0).await.expect("warm-up");
+    run(&uri("warm-ours"), Way::Ours, Workload::Append, 2, 3, 0).await.expect("warm-up");
     println!(
         "| workload | N | way | commits/s | re-executions/commit | retries/commit | round trips/commit | wasted round trips/commit | commits/s vs lance | round trips vs lance | wasted vs lance |"
     );
@@ -136,11 +136,11 @@ async fn cell(s3: &server::S3, workload: Workload, way: Way, n: i64, ops: i64, r
     let name = format!("{}-{}-{n}-{round}", workload.name(), way.name());
     // What creating the table costs, measured on a twin, is not a commit's cost.
     let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
-    create(&uri(&format!("{name}-twin")), n, ops).await.expect("create the twin table");
+    create(&uri(&format!("{name}-twin")), n, ops, 0).await.expect("create the twin table");
     let creation = s3.responses() - before;
     let creation_kinds = s3.requests_since(&kinds_before);
     let (before, kinds_before) = (s3.responses(), s3.requests_by_kind());
-    let t = run(&uri(&name), way, workload, n, ops).await.expect("run");
+    let t = run(&uri(&name), way, workload, n, ops, 0).await.expect("run");
     let spent = (s3.responses() - before).saturating_sub(creation);
     let commits = (n * ops) as f64;
     let by_kind = server::requests_minus(&s3.requests_since(&kinds_before), &creation_kinds)

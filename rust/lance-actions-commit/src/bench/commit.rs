@@ -112,14 +112,10 @@ const FILLER_BASE: i64 = 200_000_000;
 /// At most this many extra fragments: a larger table is not a commit benchmark's to write.
 pub const MAX_EXTRA_FRAGMENTS: usize = 100_000;
 
-/// Create the workload's table at `uri` for `writers` writers of `commits` commits each.
-pub async fn create(uri: &str, writers: i64, commits: i64) -> BenchResult<Arc<Dataset>> {
-    create_with_fragments(uri, writers, commits, 0).await
-}
-
-/// [`create`], and then `extra` one-row fragments no writer touches, written at once: a table of
-/// many fragments, whose manifest every commit reads and writes whole.
-pub async fn create_with_fragments(uri: &str, writers: i64, commits: i64, extra: usize) -> BenchResult<Arc<Dataset>> {
+/// Create the workload's table at `uri` for `writers` writers of `commits` commits each, and then
+/// `extra` one-row fragments no writer touches, written at once: a table of many fragments, whose
+/// manifest every commit reads and writes whole.
+pub async fn create(uri: &str, writers: i64, commits: i64, extra: usize) -> BenchResult<Arc<Dataset>> {
     if extra > MAX_EXTRA_FRAGMENTS {
         return Err(BenchError::Setup {
             what: format!("extra fragments ({extra}) must be at most {MAX_EXTRA_FRAGMENTS}"),
@@ -303,13 +299,9 @@ async fn writer(
     Ok(totals)
 }
 
-/// Create the table at `uri`, then time `writers` concurrent writers of `commits` commits each.
-pub async fn run(uri: &str, way: Way, workload: Workload, writers: i64, commits: i64) -> BenchResult<Throughput> {
-    run_with_fragments(uri, way, workload, writers, commits, 0).await
-}
-
-/// [`run`] on a table that starts with `extra` more fragments ([`create_with_fragments`]).
-pub async fn run_with_fragments(
+/// Create the table at `uri` ([`create`], with `extra` more fragments), then time `writers`
+/// concurrent writers of `commits` commits each.
+pub async fn run(
     uri: &str,
     way: Way,
     workload: Workload,
@@ -334,7 +326,7 @@ pub async fn run_with_fragments(
             ),
         });
     }
-    create_with_fragments(uri, writers, commits, extra).await?;
+    create(uri, writers, commits, extra).await?;
     let puts = CountingPuts::for_uri(uri).await?;
     let start = Instant::now();
     let handles: Vec<_> =
@@ -363,7 +355,7 @@ pub async fn run_with_fragments(
 /// way's figures fell run after run. On this 2-core machine, ours run second measured 0.95x Lance's
 /// on average over the four writer counts, and run first 1.01x (`design/benchmarks.md`, "Run in
 /// rounds"). Rounds also pair the ways' runs, which [`Comparison::ratio`] uses. The tables start
-/// with `extra` more fragments ([`create_with_fragments`]).
+/// with `extra` more fragments ([`create`]).
 pub async fn compare(
     dir: &str,
     ways: &[Way],
@@ -378,7 +370,7 @@ pub async fn compare(
     for round in 0..repeats {
         for i in round_order(round, ways.len()) {
             let uri = format!("{dir}/{}-{}-{writers}-{round}", workload.name(), ways[i].name());
-            let measured = run_with_fragments(&uri, ways[i], workload, writers, commits, extra).await;
+            let measured = run(&uri, ways[i], workload, writers, commits, extra).await;
             // The table goes whether or not the run completed; the run's error comes first.
             let removed = super::remove_tables(&uri).await;
             runs[i].push(measured?);
