@@ -170,6 +170,17 @@ impl Error {
         matches!(self, Error::Contention { .. })
     }
 
+    /// Can no commit of the write this error ended have landed? True for every error but one from a
+    /// commit itself whose outcome is not a refusal (an answer lost on the way back, a store that
+    /// failed part way) and a write that says what landed.
+    pub(crate) fn wrote_nothing(&self) -> bool {
+        match self {
+            Error::Commit { source } => matches!(source, CommitError::Fail { .. } | CommitError::Retry { .. }),
+            Error::PartlyWritten { .. } => false,
+            _ => true,
+        }
+    }
+
     /// `self`, or, when `outcome` shows commits already landed, [`Error::PartlyWritten`] wrapping it:
     /// an error never claims "nothing was written" after something was.
     pub(crate) fn after(self, outcome: &crate::WriteOutcome) -> Self {

@@ -79,6 +79,21 @@ pub(crate) async fn new_fragments(
     }
 }
 
+/// Remove the data files of `fragments`, staged by [`new_fragments`] on `dataset` and committed by
+/// no version: a refused insert leaves nothing behind. Best effort: a file that cannot be removed
+/// stays for Lance's cleanup of unreferenced files, as the files of any failed Lance write do.
+pub(crate) async fn remove_staged(dataset: &Dataset, fragments: &[Fragment]) {
+    let Ok(store) = dataset.object_store(None).await else { return };
+    let data = dataset.data_dir();
+    for file in fragments.iter().flat_map(|f| &f.files) {
+        // `new_fragments` writes under the table's own base; a file under another base is not one
+        // it staged.
+        if file.base_id.is_none() {
+            let _ = store.delete(&data.clone().join(file.path.as_str())).await;
+        }
+    }
+}
+
 /// Stage a merge-insert on exactly the key columns. With a scalar index on the key Lance takes its
 /// indexed path, whose cost does not grow with the table but which attaches no key filter; the
 /// caller then attaches one built from the merge's keys (`design/fencing.md` §3, done here rather

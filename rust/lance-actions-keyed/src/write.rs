@@ -126,7 +126,24 @@ impl KeyedTable {
     /// The strict-insert loop shared by [`Self::insert`] and [`Self::insert_fragments`]: per
     /// attempt, refuse keys the head holds, then commit the rows' fragments with their exact keys.
     /// A lost key race re-reads the head and names the keys a concurrent writer inserted.
+    ///
+    /// Rows given as batches are staged here: when the insert is refused and no attempt of it can
+    /// have landed, their files are removed, so a refused insert leaves nothing behind. Fragments a
+    /// caller staged stay theirs.
     pub(crate) async fn insert_new_keys(&mut self, keys: &RowKeys, mut rows: NewRows) -> Result<WriteOutcome> {
+        let staged_here = matches!(rows, NewRows::Batches(_));
+        let inserted = self.insert_attempts(keys, &mut rows).await;
+        if let (Err(refusal), true, NewRows::Staged(staged)) = (&inserted, staged_here, &rows)
+            && refusal.wrote_nothing()
+        {
+            stage::remove_staged(&self.dataset, &staged.fragments).await;
+        }
+        inserted
+    }
+
+    /// The attempts of [`Self::insert_new_keys`]; `rows` holds the staged fragments once the first
+    /// attempt has staged them.
+    async fn insert_attempts(&mut self, keys: &RowKeys, rows: &mut NewRows) -> Result<WriteOutcome> {
         let inserted = keys.declared()?;
         let mut outcome = WriteOutcome { inserted: keys.len() as u64, ..Default::default() };
         let mut last = String::new();
@@ -135,7 +152,7 @@ impl KeyedTable {
             self.refresh().await?;
             outcome.attempts += 1;
             self.refuse_present(keys, ConflictCause::AlreadyPresent).await?;
-            let fragments = self.fragments_for_attempt(&mut rows).await?;
+            let fragments = self.fragments_for_attempt(rows).await?;
             // A test can land a concurrent writer between the staging and the commit.
             lance_actions_commit::hooks::point("keyed:insert-staged", self.dataset.uri()).await;
             let add = AddFragments { fragments, keys: Some(inserted.clone()) };

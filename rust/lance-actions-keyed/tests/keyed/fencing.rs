@@ -260,6 +260,29 @@ async fn a_strict_insert_that_loses_a_race_commits_what_it_staged_once_and_holds
     assert!(ids.iter().all(|id| scan.get(id) == Some(&(1, 3))), "every inserted row once, as given");
 }
 
+/// A strict insert that loses a key to a concurrent keyed insert between its staging and its
+/// commit is refused, and the files it staged are removed: the table's `data/` holds the other
+/// writer's files and no file of the refused insert.
+#[tokio::test]
+async fn a_strict_insert_refused_by_a_concurrent_insert_of_its_key_leaves_no_file_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir, "t");
+    let mut table = keyed_table(&uri, &[1]).await;
+    let files = data_files(&uri);
+    let other = uri.clone();
+    lance_actions_commit::hooks::register("keyed:insert-staged", &uri, move || async move {
+        let mut rival = KeyedTable::open(&other).await.expect("a second handle");
+        rival.insert(vec![rows(&[3, 4], 7)]).await.expect("the rival insert of key 3 lands first");
+    });
+    match table.insert(vec![rows(&[2, 3], 0)]).await {
+        Err(Error::KeyConflict { keys, cause: ConflictCause::InsertedConcurrently }) => assert_eq!(keys.first, ["3"]),
+        other => panic!("expected a concurrent key conflict, got {other:?}"),
+    }
+    assert_eq!(data_files(&uri), files + 1, "the rival's one file, none of the refused insert's");
+    let scan = scan(&latest(&uri).await).await;
+    assert_eq!(scan.into_iter().collect::<Vec<_>>(), [(1, (1, 0)), (3, (1, 7)), (4, (1, 7))], "key 2 never landed");
+}
+
 /// A strict insert of `batch` into a keyed table holding key 1, with `change` (a schema change
 /// made through Lance on the table at the uri it is given) landing between the staging and the
 /// commit: refused as `SchemaChanged` naming `column`, only the change landed, no row of the insert.
@@ -274,6 +297,7 @@ where
     let at = uri.clone();
     lance_actions_commit::hooks::register("keyed:insert-staged", &uri, move || change(at));
     let before = latest(&uri).await.manifest().version;
+    let files = data_files(&uri);
     let got = table.insert(vec![batch]).await;
     match got {
         Err(Error::SchemaChanged { staged, version, detail }) => {
@@ -285,6 +309,7 @@ where
     let after = latest(&uri).await;
     assert_eq!(after.manifest().version, before + 1, "only the schema change landed");
     assert_eq!(scan(&after).await.into_keys().collect::<Vec<_>>(), [1]);
+    assert_eq!(data_files(&uri), files, "the refused insert's staged files are removed");
 }
 
 /// Staged files are committed on a later base only if it has exactly their columns: a column added
