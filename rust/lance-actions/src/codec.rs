@@ -181,14 +181,12 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
     let (ours, theirs) = (crate::translate::lift(&lowered), crate::translate::lift(operation));
     // Lance renumbers the fields of an overwrite or merge at commit when the table uses
     // non-reusable field ids, so for those the actions are compared by kind, not by coordinate.
-    let (ours, theirs) = if matches!(committed, OperationKind::Overwrite | OperationKind::Merge) {
-        (action_kinds(&ours), action_kinds(&theirs))
+    let differ = if matches!(committed, OperationKind::Overwrite | OperationKind::Merge) {
+        differences(&action_kinds(&ours), &action_kinds(&theirs))
     } else {
-        (coordinates(&ours), coordinates(&theirs))
+        differences(&coordinates(&ours), &coordinates(&theirs))
     };
-    if ours != theirs {
-        let only_list: Vec<_> = ours.difference(&theirs).take(3).cloned().collect();
-        let only_op: Vec<_> = theirs.difference(&ours).take(3).cloned().collect();
+    if let Some((only_list, only_op)) = differ {
         return Err(mismatch(format!("the list touches {only_list:?}, the operation {only_op:?}")));
     }
     let mut txn = txn;
@@ -233,13 +231,24 @@ fn action_kinds(txn: &ActionTxn) -> std::collections::BTreeSet<String> {
     counts.into_iter().map(|(k, n)| format!("{n} x {k}")).collect()
 }
 
-/// Every manifest path a transaction reads or writes, as text (order and duplicates do not matter).
-fn coordinates(txn: &ActionTxn) -> std::collections::BTreeSet<String> {
+/// Every manifest path a transaction reads or writes (order and duplicates do not matter).
+fn coordinates(txn: &ActionTxn) -> std::collections::BTreeSet<crate::path::ManifestPath> {
     use crate::action::Action as _;
-    txn.actions
-        .iter()
-        .flat_map(|a| a.reads().iter().chain(a.writes().iter()).map(|p| p.to_string()).collect::<Vec<_>>())
-        .collect()
+    txn.actions.iter().flat_map(|a| a.reads().0.into_iter().chain(a.writes().0)).collect()
+}
+
+/// The first few elements only `ours` holds and only `theirs` holds, as text; `None` when the two
+/// sets are equal. Paths are compared as paths (two paths that print alike are still told apart),
+/// and turned into text only for the message of a mismatch.
+fn differences<T: Ord + std::fmt::Display>(
+    ours: &std::collections::BTreeSet<T>,
+    theirs: &std::collections::BTreeSet<T>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    if ours == theirs {
+        return None;
+    }
+    let text = |only: std::collections::btree_set::Difference<'_, T>| only.take(3).map(T::to_string).collect();
+    Some((text(ours.difference(theirs)), text(theirs.difference(ours))))
 }
 
 fn shell_to_proto(kind: OperationKind) -> proto::OperationShell {
