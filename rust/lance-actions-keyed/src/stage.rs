@@ -81,7 +81,8 @@ pub(crate) async fn new_fragments(
 
 /// Remove the data files of `fragments`, staged by [`new_fragments`] on `dataset` and committed by
 /// no version: a refused insert leaves nothing behind. Best effort: a file that cannot be removed
-/// stays for Lance's cleanup of unreferenced files, as the files of any failed Lance write do.
+/// stays for Lance's cleanup of unreferenced files, as the files of any failed Lance write do, and
+/// so does a blob column's sidecar folder (`data/<file stem>/`), which this does not look for.
 pub(crate) async fn remove_staged(dataset: &Dataset, fragments: &[Fragment]) {
     let Ok(store) = dataset.object_store(None).await else { return };
     let data = dataset.data_dir();

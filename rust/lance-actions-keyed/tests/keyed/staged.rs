@@ -31,6 +31,11 @@ async fn table_with(dir: &tempfile::TempDir, ids: &[i64]) -> (String, KeyedTable
     (uri.clone(), keyed_table(&uri, ids).await)
 }
 
+/// The entries of the table's `data/` directory.
+fn data_files(uri: &str) -> usize {
+    std::fs::read_dir(std::path::Path::new(uri).join("data")).map_or(0, |dir| dir.count())
+}
+
 #[tokio::test]
 async fn staged_fragments_land_once_with_their_own_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -56,11 +61,13 @@ async fn a_present_key_or_a_key_staged_twice_commits_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (uri, mut table) = table_with(&dir, &[1, 2]).await;
     let present = stage(table.dataset(), rows(&[2, 3], 9)).await;
+    let files = data_files(&uri);
     let err = table.insert_fragments(present).await.expect_err("key 2 is present");
     assert!(
         matches!(&err, Error::KeyConflict { cause: ConflictCause::AlreadyPresent, keys } if keys.to_string().contains('2')),
         "{err}"
     );
+    assert_eq!(data_files(&uri), files, "fragments a caller staged stay the caller's, refused or not");
     let mut twice = stage(table.dataset(), rows(&[5, 6], 1)).await;
     twice.extend(stage(table.dataset(), rows(&[6], 2)).await);
     let err = table.insert_fragments(twice).await.expect_err("key 6 staged twice");
