@@ -68,7 +68,7 @@ async fn main() {
                 // the spread of the bench itself (an A/A comparison, `design/benchmarks.md`). For
                 // deletes of rows of one fragment it is a real comparison: only Lance given the
                 // rows merges the vectors instead of refusing.
-                let compared = i == ours || i + 2 == ours;
+                let compared = i != lance && (i == ours || *way == Way::Lance);
                 let ratio = if compared { t.commits_per_s / lance_tput } else { 1.0 };
                 let by_round = match comparison.ratio(i, lance) {
                     Some(e) if compared => e.display(),

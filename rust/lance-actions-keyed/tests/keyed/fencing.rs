@@ -222,11 +222,6 @@ async fn a_stale_handle_upserts_from_the_latest_version() {
     assert_eq!(scan.into_iter().collect::<Vec<_>>(), [(1, (1, 0)), (2, (1, 10)), (3, (1, 20)), (4, (1, 20))]);
 }
 
-/// The data files under the table's `data/` directory.
-fn data_files(uri: &str) -> usize {
-    std::fs::read_dir(std::path::Path::new(uri).join("data")).map_or(0, |dir| dir.count())
-}
-
 /// A strict insert that loses its first commit to an undeclared writer commits, on its second
 /// attempt, the files its first attempt staged: the rows are written once, and by then no array of
 /// them is held (their keys are kept as a copy, to name a conflict; a bulk insert's memory,

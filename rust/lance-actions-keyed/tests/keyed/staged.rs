@@ -31,11 +31,6 @@ async fn table_with(dir: &tempfile::TempDir, ids: &[i64]) -> (String, KeyedTable
     (uri.clone(), keyed_table(&uri, ids).await)
 }
 
-/// The entries of the table's `data/` directory.
-fn data_files(uri: &str) -> usize {
-    std::fs::read_dir(std::path::Path::new(uri).join("data")).map_or(0, |dir| dir.count())
-}
-
 #[tokio::test]
 async fn staged_fragments_land_once_with_their_own_keys() {
     let dir = tempfile::tempdir().expect("tempdir");

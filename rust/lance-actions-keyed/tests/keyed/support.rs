@@ -67,6 +67,12 @@ pub async fn keyed_table(uri: &str, ids: &[i64]) -> KeyedTable {
     KeyedTable::create(uri, vec![rows(ids, 0)], &["id"]).await.expect("create keyed table")
 }
 
+/// The entries of the table's `data/` directory (its data files; a blob column's sidecar folders
+/// would count too).
+pub fn data_files(uri: &str) -> usize {
+    std::fs::read_dir(std::path::Path::new(uri).join("data")).map_or(0, |dir| dir.count())
+}
+
 pub async fn latest(uri: &str) -> Arc<Dataset> {
     Arc::new(Dataset::open(uri).await.expect("open"))
 }
