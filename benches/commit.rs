@@ -113,8 +113,12 @@ async fn profile(
         let uri = format!("{root}/profile-{round}");
         let t = run(&uri, way, workload, writers, commits, fragments).await.expect("run");
         std::fs::remove_dir_all(&uri).expect("remove the table");
+        let at_write = match t.at_write {
+            Some((judged, us)) => format!(", {judged} judged at the write, {us:.1} us each"),
+            None => String::new(),
+        };
         println!(
-            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit",
+            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit{at_write}",
             workload.name(),
             way.name(),
             t.commits_per_s,

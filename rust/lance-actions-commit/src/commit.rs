@@ -26,7 +26,7 @@ use snafu::Snafu;
 
 use crate::deletions::DeletionFacts;
 use crate::expect_version::{Built, ExpectVersion, Rejudge, WriteRecord};
-use crate::history::{committed_between, peers_of};
+use crate::history::{committed_between_shared, committed_peers};
 use crate::judge::{attach_affected_rows, attach_restore_targets, table_state};
 use crate::retry::RetryPolicy;
 use crate::staged_delete::StagedDelete;
@@ -73,6 +73,9 @@ pub struct AtWriteReport {
     /// The head was read back from the manifest Lance built, not looked up
     /// (`design/commit.md`, "Judged at the write").
     pub head_read_back: bool,
+    /// Time spent judging, inside the window between Lance's listing and its manifest put (every
+    /// microsecond of it delays the table's next commit, `design/benchmarks.md`).
+    pub judging: Duration,
 }
 
 /// The outcome of a commit.
@@ -377,6 +380,8 @@ impl ActionCommit {
             match write_attempt(&fixed, &latest, txn, op, entry, &mut state, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
+                    // After the put: this writer's time, not the table's (`known`).
+                    crate::known::remember_landed(&ds).await;
                     return Ok((*ds, report));
                 }
                 Written::LostRace(lost) => {
@@ -588,7 +593,8 @@ impl LoopState {
 /// versions that landed since the previous attempt (peers are immutable once committed).
 struct PeerLog {
     read_version: u64,
-    committed: Vec<(u64, Transaction)>,
+    /// Shared with the session's cache, not copied out of it.
+    committed: Vec<(u64, Arc<Transaction>)>,
     peers: Vec<Peer>,
 }
 
@@ -611,7 +617,7 @@ impl PeerLog {
         peers
     }
 
-    /// `schema` is the read version's (see [`peers_of`]).
+    /// `schema` is the read version's (see [`crate::history::peers_of`]).
     async fn catch_up(&mut self, latest: &Dataset, schema: &lance_core::datatypes::Schema) -> CommitResult<()> {
         self.catch_up_to(latest, latest.manifest().version, schema).await
     }
@@ -629,8 +635,8 @@ impl PeerLog {
             // Read already, by a judgement at an earlier attempt's write.
             return Ok(());
         }
-        let new = committed_between(handle, known, head).await?;
-        self.peers.extend(peers_of(&new, schema)?);
+        let new = committed_between_shared(handle, known, head).await?;
+        self.peers.extend(committed_peers(handle.uri(), &new, schema)?);
         self.committed.extend(new);
         debug_assert_eq!(self.peers.len(), self.committed.len(), "one decoded peer per committed version");
         debug_assert!(
@@ -1022,17 +1028,21 @@ impl JudgeAtWrite {
     fn unchanged_by_lance(&self, transaction: Option<&lance_table::format::Transaction>) -> bool {
         use lance_table::format::pb::transaction::Operation as Pb;
         let Some(theirs) = transaction else { return false };
-        let mut theirs = theirs.inner.clone();
-        theirs.read_version = self.handed.read_version;
-        if self.rows_handed
-            && let (Some(Pb::Delete(t)), Some(Pb::Delete(h))) = (&mut theirs.operation, &self.handed.operation)
-            && t.updated_fragments.len() == h.updated_fragments.len()
-        {
-            for (t, h) in t.updated_fragments.iter_mut().zip(&h.updated_fragments) {
-                t.deletion_file.clone_from(&h.deletion_file);
-            }
+        // Compared in place, not on a copy: this runs inside the window before the manifest put
+        // (a copy of the properties and fragments cost about 8 us of a judgement's 50). Every
+        // field is named, so a field Lance adds fails to compile here rather than go unchecked.
+        let lance_table::format::pb::Transaction { read_version: _, uuid, tag, transaction_properties, operation } =
+            &theirs.inner;
+        let handed = &self.handed;
+        if *uuid != handed.uuid || *tag != handed.tag || *transaction_properties != handed.transaction_properties {
+            return false;
         }
-        theirs == self.handed
+        match (operation, &handed.operation) {
+            (Some(Pb::Delete(theirs)), Some(Pb::Delete(handed))) if self.rows_handed => {
+                alike_but_deletion_files(theirs, handed)
+            }
+            (theirs, handed) => theirs == handed,
+        }
     }
 
     /// Does the manifest Lance built hold, in every fragment our actions change the deletion
@@ -1130,20 +1140,32 @@ impl JudgeAtWrite {
         true
     }
 
-    async fn judge(&self, lent: &mut Lent, built: &Built<'_>) -> CommitResult<AtWriteReport> {
+    async fn judge(&self, lent: &mut Lent, built: &Built<'_>, started: Instant) -> CommitResult<AtWriteReport> {
         let head_version = built.head();
         if lent.log.reach() > head_version {
             // Lance built on a head older than writers an earlier attempt read: not a build this
             // judgement can vouch for (versions only grow, so this is never expected).
             let verdict = head_moved(Some(lent.log.reach()), "the log reaches past the head Lance built on".into());
-            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict, head_read_back: false });
+            return Ok(AtWriteReport {
+                head: head_version,
+                peers: Vec::new(),
+                verdict,
+                head_read_back: false,
+                judging: started.elapsed(),
+            });
         }
         lent.log.catch_up_to(&self.judged_at, head_version, &self.fixed.at_read.manifest().schema).await?;
         if let Some(landed) = lent.log.landed(&self.fixed.uuid) {
             // An earlier run of this transaction landed: the loop's next attempt reports it.
             let verdict =
                 head_moved(Some(landed), "a version past the judged head carries this transaction's uuid".into());
-            return Ok(AtWriteReport { head: head_version, peers: Vec::new(), verdict, head_read_back: false });
+            return Ok(AtWriteReport {
+                head: head_version,
+                peers: Vec::new(),
+                verdict,
+                head_read_back: false,
+                judging: started.elapsed(),
+            });
         }
         let mut txn = self.fixed.ours.clone();
         // The handle deletion vectors are read through: the head when it was looked up.
@@ -1176,7 +1198,7 @@ impl JudgeAtWrite {
                 "the writers since the judged head change how this transaction is lowered".into(),
             );
         }
-        Ok(AtWriteReport { head: head_version, peers, verdict, head_read_back })
+        Ok(AtWriteReport { head: head_version, peers, verdict, head_read_back, judging: started.elapsed() })
     }
 
     /// The head Lance built on, read back from the manifest it built, when the verdict can rest on
@@ -1347,6 +1369,7 @@ impl JudgeAtWrite {
 #[async_trait::async_trait]
 impl Rejudge for JudgeAtWrite {
     async fn admits(&self, built: Built<'_>) -> bool {
+        let started = Instant::now();
         let judged = self.judged_at.manifest().version;
         debug_assert!(built.manifest.version > judged + 1, "asked only past the expected version");
         if !self.unchanged_by_lance(built.transaction) {
@@ -1354,7 +1377,7 @@ impl Rejudge for JudgeAtWrite {
         }
         let mut lent = self.lent.lock().await;
         // An error reading the writers refuses; the next attempt reads them again and reports it.
-        let Ok(outcome) = self.judge(&mut lent, &built).await else { return false };
+        let Ok(outcome) = self.judge(&mut lent, &built, started).await else { return false };
         let admitted = outcome.verdict.is_ok();
         lent.outcome = Some(outcome);
         drop(lent);
@@ -1364,6 +1387,23 @@ impl Rejudge for JudgeAtWrite {
         }
         admitted
     }
+}
+
+/// Two deletes that update the same fragments, alike but for the fragments' deletion files (Lance's
+/// rebase of a delete handed its rows may merge them, [`JudgeAtWrite::unchanged_by_lance`]).
+fn alike_but_deletion_files(
+    theirs: &lance_table::format::pb::transaction::Delete,
+    handed: &lance_table::format::pb::transaction::Delete,
+) -> bool {
+    let lance_table::format::pb::transaction::Delete { updated_fragments, deleted_fragment_ids, predicate } = theirs;
+    *deleted_fragment_ids == handed.deleted_fragment_ids
+        && *predicate == handed.predicate
+        && updated_fragments.len() == handed.updated_fragments.len()
+        && updated_fragments.iter().zip(&handed.updated_fragments).all(|(theirs, handed)| {
+            let mut theirs = theirs.clone();
+            theirs.deletion_file.clone_from(&handed.deletion_file);
+            theirs == *handed
+        })
 }
 
 /// The fragments whose deletion vector `txn` changes.

@@ -5,6 +5,8 @@
 //! fallback to re-lifting). Any other commit (Lance's own writers, pylance) is lifted from its
 //! `Operation`.
 
+use std::sync::Arc;
+
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance_actions::{ActionTxn, Peer, codec, lift};
@@ -43,6 +45,13 @@ pub async fn committed_since(latest: &Dataset, read_version: u64) -> Result<Vec<
 /// stand at any version of the branch: a version past it is read from the session's cache when
 /// Lance has just read it, so a judge that knows the head's number need not look the head up.
 pub async fn committed_between(handle: &Dataset, after: u64, head: u64) -> Result<Vec<(u64, Transaction)>> {
+    let shared = committed_between_shared(handle, after, head).await?;
+    Ok(shared.into_iter().map(|(version, txn)| (version, Arc::unwrap_or_clone(txn))).collect())
+}
+
+/// [`committed_between`], each transaction shared with the session's cache rather than copied out
+/// of it (the commit loop reads them inside the window before a manifest put).
+pub async fn committed_between_shared(handle: &Dataset, after: u64, head: u64) -> Result<Vec<(u64, Arc<Transaction>)>> {
     if after > head {
         return Err(Error::ReadVersionAhead { read_version: after, latest: head });
     }
@@ -60,14 +69,14 @@ pub async fn committed_between(handle: &Dataset, after: u64, head: u64) -> Resul
 /// One version's transaction: from the session's cache when Lance has just read it (Lance's commit
 /// caches every transaction its pre-write listing loads, and every one it commits), else through
 /// that version's own handle, where `read_transaction_by_version` reads storage each time.
-async fn transaction_of(handle: &Dataset, version: u64) -> lance::Result<Option<Transaction>> {
+async fn transaction_of(handle: &Dataset, version: u64) -> lance::Result<Option<Arc<Transaction>>> {
     if version == handle.manifest().version {
-        return handle.read_transaction().await;
+        return Ok(handle.read_transaction().await?.map(Arc::new));
     }
-    if let Some(cached) = cached_transaction(handle, version).await {
+    if let Some(cached) = cached_transaction_shared(handle, version).await {
         return Ok(Some(cached));
     }
-    handle.checkout_version(version).await?.read_transaction().await
+    Ok(handle.checkout_version(version).await?.read_transaction().await?.map(Arc::new))
 }
 
 /// The entry under which Lance 14.0.2 caches a version's transaction in a dataset's metadata cache
@@ -104,10 +113,15 @@ impl lance_core::cache::CacheKey for LanceTransactionKey {
 /// Lance's own listing trusts the same entry. Saves the version lookup (a HEAD request on an
 /// object store) that checking the version out would cost.
 pub async fn cached_transaction(dataset: &Dataset, version: u64) -> Option<Transaction> {
+    cached_transaction_shared(dataset, version).await.map(Arc::unwrap_or_clone)
+}
+
+/// [`cached_transaction`], shared with the cache.
+pub async fn cached_transaction_shared(dataset: &Dataset, version: u64) -> Option<Arc<Transaction>> {
     // `Session::file_metadata_cache` is the cache Lance scopes per dataset uri
     // (`GlobalMetadataCache::for_dataset`), and `with_key_prefix` is that scoping.
     let cache = dataset.session().file_metadata_cache().with_key_prefix(dataset.uri());
-    cache.get_with_key(&LanceTransactionKey { version }).await.map(|t| (*t).clone())
+    cache.get_with_key(&LanceTransactionKey { version }).await
 }
 
 /// Committed transactions as driver peers. `schema` is the read version's: a rewritten field's
@@ -115,12 +129,27 @@ pub async fn cached_transaction(dataset: &Dataset, version: u64) -> Option<Trans
 /// invalidation names them too (model bug 15, `tests/upstream/README.md`). The read version's
 /// schema, not the head's, keeps a peer decoded once valid for every attempt of a commit.
 pub fn peers_of(committed: &[(u64, Transaction)], schema: &Schema) -> Result<Vec<Peer>> {
+    peers_decoded_by(committed.iter().map(|(v, t)| (*v, t)), schema, |_, txn| actions_of(txn))
+}
+
+/// [`peers_of`] for transactions read from the history of the table at `uri`: lists this process
+/// already decoded or committed are not decoded again ([`crate::known`]).
+pub fn committed_peers(uri: &str, committed: &[(u64, Arc<Transaction>)], schema: &Schema) -> Result<Vec<Peer>> {
+    peers_decoded_by(committed.iter().map(|(v, t)| (*v, &**t)), schema, |version, txn| {
+        crate::known::actions_of_committed(uri, version, txn)
+    })
+}
+
+fn peers_decoded_by<'a>(
+    committed: impl Iterator<Item = (u64, &'a Transaction)>,
+    schema: &Schema,
+    decode: impl Fn(u64, &Transaction) -> Result<ActionTxn, lance_actions::Error>,
+) -> Result<Vec<Peer>> {
     committed
-        .iter()
         .map(|(version, txn)| {
-            let mut actions = actions_of(txn).map_err(|source| Error::PeerActions { version: *version, source })?;
+            let mut actions = decode(version, txn).map_err(|source| Error::PeerActions { version, source })?;
             actions.fill_nested_fields(schema);
-            Ok(Peer::new(*version, trusted(actions)).built_on(txn.read_version))
+            Ok(Peer::new(version, trusted(actions)).built_on(txn.read_version))
         })
         .collect()
 }

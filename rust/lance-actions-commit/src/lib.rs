@@ -17,6 +17,7 @@ pub mod history;
 pub mod hooks;
 pub mod json;
 pub mod judge;
+pub mod known;
 pub mod location;
 pub mod oracle;
 pub mod presence;

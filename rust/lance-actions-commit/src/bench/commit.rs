@@ -6,7 +6,7 @@
 //! writers are disjoint by construction and a re-execution is only ever a false conflict.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
@@ -99,6 +99,9 @@ pub struct Throughput {
     /// ([`CountingPuts`]): what each way loses to the others, where `retries_per_commit` also counts
     /// attempts that stopped before the put.
     pub lost_puts_per_commit: f64,
+    /// Our judgements at the write (`commit::AtWriteReport`), and their mean time in microseconds:
+    /// time inside the window between Lance's listing and its manifest put (`None` for Lance).
+    pub at_write: Option<(usize, f64)>,
 }
 
 const ROWS_PER_FRAGMENT: i64 = 64;
@@ -221,6 +224,8 @@ async fn stage(ds: &Arc<Dataset>, workload: Workload, w: i64, k: i64, commits: i
 enum Landed {
     Yes {
         retries: usize,
+        /// Judgements at the write, and their time.
+        at_write: (usize, Duration),
     },
     /// A Retry verdict (or Lance's conflict error): re-read and re-stage.
     Reexecute,
@@ -242,7 +247,11 @@ async fn commit_once(
                 Staged::Write { txn, rows: None } => c.execute(txn).await,
             };
             match committed {
-                Ok((_, report)) => Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1) }),
+                Ok((_, report)) => {
+                    let judged = report.attempts.iter().filter_map(|a| a.at_write.as_ref());
+                    let at_write = judged.fold((0, Duration::ZERO), |(n, t), j| (n + 1, t + j.judging));
+                    Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1), at_write })
+                }
                 Err(CommitError::Retry { .. }) => Ok(Landed::Reexecute),
                 Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
             }
@@ -254,7 +263,7 @@ async fn commit_once(
                 c = c.with_affected_rows(rows);
             }
             match c.execute(txn).await {
-                Ok(_) => Ok(Landed::Yes { retries: 0 }),
+                Ok(_) => Ok(Landed::Yes { retries: 0, at_write: (0, Duration::ZERO) }),
                 Err(
                     lance::Error::RetryableCommitConflict { .. }
                     | lance::Error::CommitConflict { .. }
@@ -271,6 +280,8 @@ async fn commit_once(
 struct WriterTotals {
     reexecutions: usize,
     retries: usize,
+    judged_at_write: usize,
+    judging: Duration,
 }
 
 /// One writer: `commits` logical writes, each re-staged on a Retry.
@@ -288,8 +299,10 @@ async fn writer(
             let ds = Arc::new(crate::storage::open(&uri).await.map_err(lance_err("opening the bench table"))?);
             let staged = stage(&ds, workload, w, k, commits).await?;
             match commit_once(&ds, way, w, staged, &puts).await? {
-                Landed::Yes { retries } => {
+                Landed::Yes { retries, at_write } => {
                     totals.retries += retries;
+                    totals.judged_at_write += at_write.0;
+                    totals.judging += at_write.1;
                     break;
                 }
                 Landed::Reexecute => totals.reexecutions += 1,
@@ -336,13 +349,17 @@ pub async fn run(
         let t = h.await.map_err(|e| BenchError::Setup { what: format!("a writer task ended abnormally: {e}") })??;
         totals.reexecutions += t.reexecutions;
         totals.retries += t.retries;
+        totals.judged_at_write += t.judged_at_write;
+        totals.judging += t.judging;
     }
+    let judging_us = totals.judging.as_secs_f64() * 1e6 / totals.judged_at_write.max(1) as f64;
     let total = (writers * commits) as f64;
     Ok(Throughput {
         commits_per_s: total / start.elapsed().as_secs_f64(),
         reexecutions_per_commit: totals.reexecutions as f64 / total,
         retries_per_commit: (way == Way::Ours).then_some(totals.retries as f64 / total),
         lost_puts_per_commit: puts.lost() as f64 / total,
+        at_write: (way == Way::Ours).then_some((totals.judged_at_write, judging_us)),
     })
 }
 

@@ -10,7 +10,7 @@ use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{Operation, Transaction};
 use lance::index::DatasetIndexExt;
 use lance_actions_commit::expect_version::WriteRecord;
-use lance_actions_commit::history::cached_transaction;
+use lance_actions_commit::history::{self, cached_transaction};
 use lance_actions_commit::scenario::{create_sample, stage_append, stage_btree_index, stage_delete, stage_upsert};
 use lance_actions_commit::{CommitReport, DatasetActionsExt};
 
@@ -765,4 +765,41 @@ async fn a_delete_on_a_branch_behind_a_delete_of_its_fragment_is_merged_at_the_w
     let (on_main, main_total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(main_total, 32 - 1, "main holds its own delete alone: {on_main:?}");
     assert!(on_main.contains(&1) && on_main.contains(&3) && !on_main.contains(&6));
+}
+
+/// What a writer remembers of the commits it met and of its own ([`lance_actions_commit::known`]),
+/// so that writers of one process do not decode each other's commits again, is what decoding each
+/// version's transaction from storage gives, through a handle of its own (a session of its own):
+/// here also for our delete, whose committed deletion file is the one Lance's rebase merged at the
+/// write, not the one we staged.
+#[tokio::test]
+async fn the_lists_remembered_for_landed_commits_are_what_their_stored_transactions_decode_to() {
+    // Rows 1 and 3 both live in fragment 0.
+    let behind = delete_given_rows_behind("id = 3", Stage::Delete("id = 1")).await;
+    let (landed, report) = behind.commit().await.expect("ours lands");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: behind.v + 2 }));
+    let fresh = Dataset::open(&behind.uri).await.expect("a handle of its own");
+    for version in behind.v + 1..=landed.manifest().version {
+        let stored = fresh.checkout_version(version).await.expect("checkout").read_transaction().await;
+        let stored = stored.expect("read").expect("every version has its transaction");
+        let remembered = lance_actions_commit::known::remembered(&behind.uri, version, &stored.uuid)
+            .unwrap_or_else(|| panic!("version {version} remembered"));
+        assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "version {version}");
+    }
+    // Ours names the merged file: the one the table holds, with both writers' rows.
+    let ours = lance_actions_commit::known::remembered(
+        &behind.uri,
+        behind.v + 2,
+        &landed.read_transaction().await.expect("read").expect("ours").uuid,
+    )
+    .expect("ours remembered");
+    let lance_actions::AnyAction::UpdateDeletionVector(vector) = &ours.actions[0] else {
+        panic!("a vector change: {ours:?}")
+    };
+    let held = landed.manifest().fragments.iter().find(|f| f.id == 0).expect("fragment 0").deletion_file.clone();
+    assert_eq!(vector.fragment.deletion_file, held);
+    assert_eq!(held.and_then(|d| d.num_deleted_rows), Some(2));
+    let (seen, total) = behind.scan().await;
+    assert_eq!(total, 32 - 2);
+    assert!(!seen.contains(&1) && !seen.contains(&3) && seen.contains(&2));
 }
