@@ -8,29 +8,38 @@
 //! each decodes its own commit once, after its put landed (outside any window), and every other
 //! writer of the process finds it here instead of decoding it again.
 //!
-//! Sound because a committed version never changes: the transaction at version `v` of the table at
-//! `uri` that carries uuid `u` is one transaction, so its decoding is one list. The uuid guards a
-//! table removed and created again at the same uri, whose version numbers start over. Only what was
-//! read from a table's own history is looked up or remembered here, never a caller's what-if peer;
-//! a list that does not decode is never remembered (each reader meets the error itself).
+//! What is remembered is exactly what decoding gives, on every hit:
+//! * Only lists this project encoded (the `lance-actions.v1` property) are remembered. Their content
+//!   comes from the encoding, which is the same bytes in memory and on storage. A transaction
+//!   lifted from its operation (Lance's own writers) is lifted each time: lifting is cheap, and
+//!   Lance's in-memory copy of its own commit is not what a reader of storage decodes (the protobuf
+//!   round trip drops some of it).
+//! * A hit requires the same table uri, version, transaction uuid and encoding, byte for byte: a
+//!   table removed and made again at the same uri, or a staged transaction committed twice, is
+//!   told apart by its uuid or its encoding, or else carries the very same list.
+//! * What decoding takes from the operation rather than from the list, each deletion-vector change's
+//!   fragment (the file Lance's rebase may have merged), is taken again from the reader's own
+//!   transaction on every hit (`codec::take_vectors_from_operation`).
+//! * A list that does not decode is never remembered: each reader meets the error itself.
 //!
-//! Bounded, oldest first out: at most [`MAX_ENTRIES`] transactions and [`MAX_ACTIONS`] actions in
-//! all; a transaction of more than [`MAX_ACTIONS_PER_ENTRY`] actions is decoded each time (its own
-//! IO dwarfs its decoding).
+//! Bounded, oldest first out: at most [`MAX_ENTRIES`] transactions and [`MAX_BYTES`] bytes of
+//! encoding in all; a list whose encoding is over [`MAX_BYTES_PER_ENTRY`] is decoded each time (its
+//! own IO dwarfs its decoding). The lock is held only to look up or insert: lists are shared out and
+//! copied after it is released.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
-use lance_actions::ActionTxn;
+use lance_actions::{ActionTxn, codec};
 
 /// Transactions remembered at most.
 pub const MAX_ENTRIES: usize = 4_096;
-/// Actions remembered at most, over all transactions.
-pub const MAX_ACTIONS: usize = 65_536;
-/// Actions of the largest transaction remembered.
-pub const MAX_ACTIONS_PER_ENTRY: usize = 256;
+/// Bytes of encoding remembered at most, over all transactions.
+pub const MAX_BYTES: usize = 64 << 20;
+/// The encoding of the largest list remembered, in bytes.
+pub const MAX_BYTES_PER_ENTRY: usize = 64 << 10;
 
 /// One committed transaction: its table, version and uuid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -40,32 +49,58 @@ struct Key {
     uuid: String,
 }
 
+/// A list, with the encoding it was decoded from.
+#[derive(Debug)]
+struct Remembered {
+    encoded: String,
+    list: ActionTxn,
+}
+
 #[derive(Debug, Default)]
 struct Known {
-    lists: HashMap<Key, Arc<ActionTxn>>,
+    lists: HashMap<Key, Arc<Remembered>>,
     /// Insertion order, oldest first: the eviction order.
     order: VecDeque<Key>,
-    /// Actions over all remembered lists.
-    actions: usize,
+    /// Bytes of encoding over all remembered lists.
+    bytes: usize,
 }
 
 impl Known {
-    fn insert(&mut self, key: Key, list: Arc<ActionTxn>) {
-        let size = list.actions.len();
-        if size > MAX_ACTIONS_PER_ENTRY || self.lists.contains_key(&key) {
+    fn insert(&mut self, key: Key, remembered: Arc<Remembered>) {
+        let size = remembered.encoded.len();
+        if size > MAX_BYTES_PER_ENTRY {
             return;
         }
-        while self.lists.len() >= MAX_ENTRIES || self.actions + size > MAX_ACTIONS {
+        match self.lists.get(&key) {
+            Some(old) if old.encoded == remembered.encoded => return,
+            // Another encoding under the same key (a staged transaction committed again, on a table
+            // made again): the newest reading replaces it.
+            Some(_) => self.forget(&key),
+            None => {}
+        }
+        while self.lists.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
             let Some(oldest) = self.order.pop_front() else { break };
             if let Some(gone) = self.lists.remove(&oldest) {
-                self.actions -= gone.actions.len();
+                self.bytes -= gone.encoded.len();
             }
         }
-        self.actions += size;
+        self.bytes += size;
         self.order.push_back(key.clone());
-        self.lists.insert(key, list);
+        self.lists.insert(key, remembered);
         debug_assert_eq!(self.lists.len(), self.order.len(), "one order entry per list");
-        debug_assert!(self.lists.len() <= MAX_ENTRIES && self.actions <= MAX_ACTIONS, "within the bounds");
+        debug_assert!(self.lists.len() <= MAX_ENTRIES && self.bytes <= MAX_BYTES, "within the bounds");
+    }
+
+    fn forget(&mut self, key: &Key) {
+        if let Some(gone) = self.lists.remove(key) {
+            self.bytes -= gone.encoded.len();
+            self.order.retain(|k| k != key);
+        }
+    }
+
+    /// The list remembered under `key`, shared out (copied by the caller, after the lock).
+    fn get(&self, key: &Key) -> Option<Arc<Remembered>> {
+        self.lists.get(key).cloned()
     }
 }
 
@@ -78,15 +113,25 @@ fn key(uri: &str, version: u64, txn: &Transaction) -> Key {
     Key { uri: uri.to_string(), version, uuid: txn.uuid.clone() }
 }
 
+/// The encoded action list `txn` carries, if it carries one.
+fn encoding_of(txn: &Transaction) -> Option<&str> {
+    txn.transaction_properties.as_ref()?.get(codec::PROPERTY_KEY).map(String::as_str)
+}
+
 /// The action list of `txn`, committed at `version` of the table at `uri`: remembered, or decoded
 /// ([`crate::history::actions_of`]) and then remembered.
 pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Result<ActionTxn, lance_actions::Error> {
+    let Some(encoded) = encoding_of(txn) else { return crate::history::actions_of(txn) };
     let key = key(uri, version, txn);
-    if let Some(list) = lock().lists.get(&key).cloned() {
-        return Ok((*list).clone());
+    let hit = lock().get(&key);
+    if let Some(remembered) = hit.filter(|r| r.encoded == encoded) {
+        let mut list = remembered.list.clone();
+        codec::take_vectors_from_operation(&mut list, &txn.operation)?;
+        return Ok(list);
     }
     let list = crate::history::actions_of(txn)?;
-    lock().insert(key, Arc::new(list.clone()));
+    let remembered = Arc::new(Remembered { encoded: encoded.to_string(), list: list.clone() });
+    lock().insert(key, remembered);
     Ok(list)
 }
 
@@ -97,20 +142,22 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
 pub async fn remember_landed(landed: &Dataset) {
     let version = landed.manifest().version;
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
+    let Some(encoded) = encoding_of(&txn) else { return };
     let key = key(landed.uri(), version, &txn);
-    if lock().lists.contains_key(&key) {
+    if lock().get(&key).is_some_and(|r| r.encoded == encoded) {
         return;
     }
     if let Ok(list) = crate::history::actions_of(&txn) {
-        lock().insert(key, Arc::new(list));
+        lock().insert(key, Arc::new(Remembered { encoded: encoded.to_string(), list }));
     }
 }
 
 /// The list remembered for the transaction `uuid` committed at `version` of the table at `uri`, if
-/// one is (for tests and diagnostics: readers go through [`actions_of_committed`]).
+/// one is, as remembered (for tests and diagnostics: readers go through [`actions_of_committed`]).
 pub fn remembered(uri: &str, version: u64, uuid: &str) -> Option<ActionTxn> {
     let key = Key { uri: uri.to_string(), version, uuid: uuid.to_string() };
-    lock().lists.get(&key).map(|list| (**list).clone())
+    let hit = lock().get(&key);
+    hit.map(|r| r.list.clone())
 }
 
 /// The lock, even when a thread panicked holding it: every change under it keeps the bounds.
@@ -123,11 +170,8 @@ mod tests {
     use super::*;
     use lance_actions::OperationKind;
 
-    fn list(actions: usize) -> Arc<ActionTxn> {
-        let action = lance_actions::AnyAction::Opaque(lance_actions::actions::opaque::Opaque {
-            description: "a test list".into(),
-        });
-        Arc::new(ActionTxn::new(OperationKind::Append, vec![action; actions]))
+    fn entry(bytes: usize) -> Arc<Remembered> {
+        Arc::new(Remembered { encoded: "x".repeat(bytes), list: ActionTxn::new(OperationKind::Append, Vec::new()) })
     }
 
     fn k(version: u64) -> Key {
@@ -138,22 +182,23 @@ mod tests {
     fn the_oldest_list_leaves_first_when_the_entries_are_full() {
         let mut known = Known::default();
         for v in 0..MAX_ENTRIES as u64 + 1 {
-            known.insert(k(v), list(1));
+            known.insert(k(v), entry(1));
         }
         assert_eq!(known.lists.len(), MAX_ENTRIES);
         assert!(!known.lists.contains_key(&k(0)), "the oldest left");
         assert!(known.lists.contains_key(&k(1)) && known.lists.contains_key(&k(MAX_ENTRIES as u64)));
+        assert_eq!(known.bytes, MAX_ENTRIES);
     }
 
     #[test]
-    fn the_actions_in_all_stay_within_their_bound() {
+    fn the_bytes_in_all_stay_within_their_bound() {
         let mut known = Known::default();
-        let per = MAX_ACTIONS_PER_ENTRY;
-        let fit = MAX_ACTIONS / per;
+        let per = MAX_BYTES_PER_ENTRY;
+        let fit = MAX_BYTES / per;
         for v in 0..fit as u64 + 3 {
-            known.insert(k(v), list(per));
+            known.insert(k(v), entry(per));
         }
-        assert_eq!(known.actions, MAX_ACTIONS);
+        assert_eq!(known.bytes, MAX_BYTES);
         assert_eq!(known.lists.len(), fit);
         assert!(!known.lists.contains_key(&k(2)) && known.lists.contains_key(&k(3)), "the three oldest left");
     }
@@ -161,22 +206,22 @@ mod tests {
     #[test]
     fn a_list_too_large_is_not_remembered_and_one_remembered_is_not_replaced() {
         let mut known = Known::default();
-        known.insert(k(1), list(MAX_ACTIONS_PER_ENTRY + 1));
-        assert!(known.lists.is_empty() && known.actions == 0);
-        known.insert(k(1), list(1));
-        known.insert(k(1), list(2));
-        assert_eq!(known.lists[&k(1)].actions.len(), 1);
-        assert_eq!((known.order.len(), known.actions), (1, 1));
+        known.insert(k(1), entry(MAX_BYTES_PER_ENTRY + 1));
+        assert!(known.lists.is_empty() && known.bytes == 0);
+        known.insert(k(1), entry(1));
+        known.insert(k(1), entry(1));
+        assert_eq!(known.lists[&k(1)].encoded.len(), 1);
+        assert_eq!((known.order.len(), known.bytes), (1, 1));
     }
 
     #[test]
-    fn the_same_version_of_a_table_made_again_is_another_transaction() {
+    fn another_encoding_under_the_same_key_replaces_the_one_remembered() {
         let mut known = Known::default();
-        known.insert(k(1), list(1));
-        let again = Key { uuid: "another".into(), ..k(1) };
-        assert!(!known.lists.contains_key(&again));
-        known.insert(again.clone(), list(2));
-        assert_eq!(known.lists[&again].actions.len(), 2);
-        assert_eq!(known.lists[&k(1)].actions.len(), 1);
+        known.insert(k(1), entry(1));
+        known.insert(k(2), entry(1));
+        known.insert(k(1), entry(3));
+        assert_eq!(known.lists[&k(1)].encoded.len(), 3);
+        assert_eq!(known.order, [k(2), k(1)], "the newest reading is the newest entry");
+        assert_eq!(known.bytes, 4);
     }
 }

@@ -194,6 +194,16 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
     Ok(txn)
 }
 
+/// Take again, from `operation`, what [`decode_for_operation`] takes from the operation a list rides
+/// on rather than from the list: each deletion-vector change's fragment, deletion file included.
+/// For a list decoded from the very same encoding on another transaction of the same uuid
+/// (remembered by a reader, `lance-actions-commit`'s `known`), whose committed deletion files Lance's
+/// rebase may have merged differently.
+pub fn take_vectors_from_operation(txn: &mut ActionTxn, operation: &lance_table::transaction::Operation) -> Result<()> {
+    vectors_as_committed(txn, operation)
+        .map_err(|reason| Error::ActionsMismatch { operation: format!("{:?}", OperationKind::of(operation)), reason })
+}
+
 /// Each deletion-vector change names the fragment the operation committed, deletion file included:
 /// the operation is what the table holds. Lance's rebase of a delete handed its rows
 /// (`CommitBuilder::with_affected_rows`) merges the vector with a writer's and commits the merged

@@ -99,8 +99,10 @@ pub struct Throughput {
     /// ([`CountingPuts`]): what each way loses to the others, where `retries_per_commit` also counts
     /// attempts that stopped before the put.
     pub lost_puts_per_commit: f64,
-    /// Our judgements at the write (`commit::AtWriteReport`), and their mean time in microseconds:
-    /// time inside the window between Lance's listing and its manifest put (`None` for Lance).
+    /// Our judgements at the write (`commit::AtWriteReport`) in the commits that landed, and their
+    /// mean time in microseconds: time inside the window between Lance's listing and its manifest
+    /// put (`None` for Lance). A judgement that refused before reporting (Lance changed our
+    /// transaction) is not counted, nor are those of a commit refused with Retry.
     pub at_write: Option<(usize, f64)>,
 }
 

@@ -803,3 +803,50 @@ async fn the_lists_remembered_for_landed_commits_are_what_their_stored_transacti
     assert_eq!(total, 32 - 2);
     assert!(!seen.contains(&1) && !seen.contains(&3) && seen.contains(&2));
 }
+
+/// The transaction committed at `version`, read from storage through a session of its own.
+async fn stored_transaction(uri: &str, version: u64) -> Transaction {
+    let fresh = Dataset::open(uri).await.expect("a handle of its own");
+    let at = fresh.checkout_version(version).await.expect("checkout");
+    at.read_transaction().await.expect("read").expect("every version has its transaction")
+}
+
+/// A remembered list's deletion files come from the transaction the reader holds, not from memory:
+/// a staged transaction committed again (same uuid, same encoded list) on a table made again at the
+/// same uri may have had its vector merged into another file by Lance's rebase.
+#[tokio::test]
+async fn a_remembered_list_takes_its_deletion_files_from_the_transaction_read() {
+    let (_dir, uri, ds) = sample().await;
+    let staged = stage_delete(&ds, "a", "id = 3").await.expect("stage").txn;
+    let (landed, _) = ds.action_commit().execute(staged).await.expect("lands");
+    let version = landed.manifest().version;
+    let stored = stored_transaction(&uri, version).await;
+    let known = |txn: &Transaction| lance_actions_commit::known::actions_of_committed(&uri, version, txn);
+    assert_eq!(known(&stored).expect("decodes"), history::actions_of(&stored).expect("decodes"));
+    let mut elsewhere = stored.clone();
+    let Operation::Delete { updated_fragments, .. } = &mut elsewhere.operation else { panic!("a delete") };
+    updated_fragments[0].deletion_file.as_mut().expect("a deletion file").id += 1_000;
+    let read = known(&elsewhere).expect("decodes");
+    assert_eq!(read, history::actions_of(&elsewhere).expect("decodes"), "the file the transaction read names");
+    assert_ne!(read, history::actions_of(&stored).expect("decodes"), "not the one remembered");
+    let remembered = lance_actions_commit::known::remembered(&uri, version, &stored.uuid).expect("remembered");
+    assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "the first reading stays");
+}
+
+/// A transaction without our encoded list (Lance's own commit) is lifted from its operation each
+/// time, never remembered: Lance's in-memory copy of its own commit is not what a reader of storage
+/// lifts.
+#[tokio::test]
+async fn a_commit_of_lances_own_is_lifted_each_time_and_never_remembered() {
+    let (_dir, uri, ds) = sample().await;
+    let staged = stage_delete(&ds, "a", "id = 3").await.expect("stage").txn;
+    let landed = CommitBuilder::new(ds.clone()).execute(staged).await.expect("lands");
+    let version = landed.manifest().version;
+    let stored = stored_transaction(&uri, version).await;
+    let list = lance_actions_commit::known::actions_of_committed(&uri, version, &stored).expect("lifts");
+    assert_eq!(list, history::actions_of(&stored).expect("lifts"));
+    assert!(lance_actions_commit::known::remembered(&uri, version, &stored.uuid).is_none());
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - 1);
+    assert!(!seen.contains(&3));
+}
