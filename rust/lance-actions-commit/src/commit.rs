@@ -78,6 +78,13 @@ pub struct AtWriteReport {
     pub judging: Duration,
 }
 
+impl AtWriteReport {
+    /// A refusal before any writer was judged (no peer checks, the head not read back).
+    fn refused_before_judging(head: u64, verdict: Verdict, started: Instant) -> Self {
+        Self { head, peers: Vec::new(), verdict, head_read_back: false, judging: started.elapsed() }
+    }
+}
+
 /// The outcome of a commit.
 #[derive(Debug, Clone)]
 pub struct CommitReport {
@@ -1148,26 +1155,14 @@ impl JudgeAtWrite {
             // Lance built on a head older than writers an earlier attempt read: not a build this
             // judgement can vouch for (versions only grow, so this is never expected).
             let verdict = head_moved(Some(lent.log.reach()), "the log reaches past the head Lance built on".into());
-            return Ok(AtWriteReport {
-                head: head_version,
-                peers: Vec::new(),
-                verdict,
-                head_read_back: false,
-                judging: started.elapsed(),
-            });
+            return Ok(AtWriteReport::refused_before_judging(head_version, verdict, started));
         }
         lent.log.catch_up_to(&self.judged_at, head_version, &self.fixed.at_read.manifest().schema).await?;
         if let Some(landed) = lent.log.landed(&self.fixed.uuid) {
             // An earlier run of this transaction landed: the loop's next attempt reports it.
             let verdict =
                 head_moved(Some(landed), "a version past the judged head carries this transaction's uuid".into());
-            return Ok(AtWriteReport {
-                head: head_version,
-                peers: Vec::new(),
-                verdict,
-                head_read_back: false,
-                judging: started.elapsed(),
-            });
+            return Ok(AtWriteReport::refused_before_judging(head_version, verdict, started));
         }
         let mut txn = self.fixed.ours.clone();
         // The handle deletion vectors are read through: the head when it was looked up.
