@@ -17,10 +17,16 @@ use crate::error::{Error, LanceContext, Result};
 /// The action transaction a committed Lance transaction carries (checked against the operation it
 /// rides on), or its lifted operation.
 pub fn actions_of(txn: &Transaction) -> Result<ActionTxn, lance_actions::Error> {
-    match txn.transaction_properties.as_ref().and_then(|p| p.get(codec::PROPERTY_KEY)) {
+    match encoded_list(txn) {
         Some(encoded) => codec::decode_for_operation(encoded, &txn.operation),
         None => Ok(lift(&txn.operation)),
     }
+}
+
+/// The encoded action list a transaction carries, if it carries one (a commit made through this
+/// project).
+pub fn encoded_list(txn: &Transaction) -> Option<&str> {
+    txn.transaction_properties.as_ref()?.get(codec::PROPERTY_KEY).map(String::as_str)
 }
 
 /// A committed peer as the driver may trust it. The rows a peer declares it deleted are dropped:

@@ -113,15 +113,10 @@ fn key(uri: &str, version: u64, txn: &Transaction) -> Key {
     Key { uri: uri.to_string(), version, uuid: txn.uuid.clone() }
 }
 
-/// The encoded action list `txn` carries, if it carries one.
-fn encoding_of(txn: &Transaction) -> Option<&str> {
-    txn.transaction_properties.as_ref()?.get(codec::PROPERTY_KEY).map(String::as_str)
-}
-
 /// The action list of `txn`, committed at `version` of the table at `uri`: remembered, or decoded
 /// ([`crate::history::actions_of`]) and then remembered.
 pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Result<ActionTxn, lance_actions::Error> {
-    let Some(encoded) = encoding_of(txn) else { return crate::history::actions_of(txn) };
+    let Some(encoded) = crate::history::encoded_list(txn) else { return crate::history::actions_of(txn) };
     let key = key(uri, version, txn);
     let hit = lock().get(&key);
     if let Some(remembered) = hit.filter(|r| r.encoded == encoded) {
@@ -142,14 +137,8 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
 pub async fn remember_landed(landed: &Dataset) {
     let version = landed.manifest().version;
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
-    let Some(encoded) = encoding_of(&txn) else { return };
-    let key = key(landed.uri(), version, &txn);
-    if lock().get(&key).is_some_and(|r| r.encoded == encoded) {
-        return;
-    }
-    if let Ok(list) = crate::history::actions_of(&txn) {
-        lock().insert(key, Arc::new(Remembered { encoded: encoded.to_string(), list }));
-    }
+    // Only remembered here, not used: a list that fails to decode is each reader's to meet.
+    let _ = actions_of_committed(landed.uri(), version, &txn);
 }
 
 /// The list remembered for the transaction `uuid` committed at `version` of the table at `uri`, if

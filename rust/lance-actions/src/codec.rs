@@ -190,7 +190,7 @@ pub fn decode_for_operation(value: &str, operation: &lance_table::transaction::O
         return Err(mismatch(format!("the list touches {only_list:?}, the operation {only_op:?}")));
     }
     let mut txn = txn;
-    vectors_as_committed(&mut txn, operation).map_err(mismatch)?;
+    take_vectors_from_operation(&mut txn, operation)?;
     Ok(txn)
 }
 
