@@ -67,6 +67,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     requests::a_delete_behind_deletes_of_its_fragment_costs_about_what_lances_commit_costs,
     requests::a_delete_we_staged_behind_deletes_of_its_fragment_makes_exactly_lances_requests,
     requests::a_delete_behind_deletes_of_another_fragment_reads_no_deletion_file,
+    requests::an_append_whose_put_was_lost_stands_where_it_stood_on_an_ordered_store,
 ];
 
 /// The part of libtest's command line that cargo and nextest use: `--list [--format terse]`,

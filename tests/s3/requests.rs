@@ -255,3 +255,38 @@ async fn delete_behind_deletes(
     assert_eq!((total, found), (expected.len(), expected), "{name}: every delete holds");
     spent
 }
+
+/// A put lost after the judgement at the write admitted the writer before it, on S3, a store Lance
+/// lists in order: the next attempt stands where the first stood rather than look the newest
+/// writer up (a HEAD request), since Lance's next listing finds both writers in one request; the
+/// judgement at the second write judges both, from the log the first filled. (On a local disk,
+/// where Lance's listing probes each version, it stands on the writer it judged instead:
+/// `tests/commit/at_write.rs`.) Every row lands once.
+pub async fn an_append_whose_put_was_lost_stands_where_it_stood_on_an_ordered_store(cx: &Ctx<'_>) {
+    let (uri, base) = sample_table(cx, "lost-put").await;
+    let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+    let v = stale.manifest().version;
+    let ours = stage_append(&stale, &[(100, 100)]).await;
+    let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    let write = |uri: String, id: i64, append: WriteParams| async move {
+        let other = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
+        InsertBuilder::new(other).with_params(&append).execute(vec![rows(&[(id, id)])]).await.expect("a writer lands");
+    };
+    write(uri.clone(), 200, append.clone()).await;
+    // Writer b takes the version our put asks for, between our judgement at the write and the put.
+    let (hook_uri, hook_append) = (uri.clone(), append.clone());
+    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || write(hook_uri, 300, hook_append));
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    assert_eq!(report.attempts.len(), 2, "{report:?}");
+    let (first, second) = (&report.attempts[0], &report.attempts[1]);
+    assert_eq!(first.write, Some(lance_actions_commit::expect_version::WriteRecord::LostRace), "{report:?}");
+    assert_eq!(first.at_write.as_ref().map(|j| j.peers.len()), Some(1), "writer a judged at the first write");
+    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    let at_write = second.at_write.as_ref().expect("judged at the second write");
+    assert_eq!((at_write.head, at_write.peers.len()), (v + 2, 2), "both writers judged at the write: {report:?}");
+    assert_eq!(landed.manifest().version, v + 3, "landed past both writers");
+    let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
+    expected.extend([(100, 100), (200, 200), (300, 300)]);
+    let (found, total) = scan(&Dataset::open(&uri).await.expect("reopen")).await;
+    assert_eq!((total, found), (expected.len(), expected), "every row once");
+}

@@ -429,7 +429,22 @@ impl ActionCommit {
         let prepared = Prepared::of(&ours);
         debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
         let rows_trusted = self.rows_trusted;
-        Ok(Fixed { ours, prepared, uuid, tag, properties, at_read, base, inner, judged: self.judged, rows_trusted })
+        let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
+        // Lance's own test of how it lists the versions since one (`list_manifest_locations_since`).
+        let listing_probes_versions = lance_table::io::commit::uses_version_hint(&store);
+        Ok(Fixed {
+            ours,
+            prepared,
+            uuid,
+            tag,
+            properties,
+            at_read,
+            base,
+            inner,
+            judged: self.judged,
+            rows_trusted,
+            listing_probes_versions,
+        })
     }
 
     /// The head an attempt stands on, and whether we listed to find it.
@@ -509,6 +524,10 @@ struct Fixed {
     /// Our vectors' declared rows are Lance's report of their staging ([`StagedDelete`]): used as
     /// they are, never read back from the files.
     rows_trusted: bool,
+    /// Lance lists the versions since one by probing each (a request per version: a store whose
+    /// listing is not in order, such as a local disk or S3 Express, read through Lance's version
+    /// hint), not with one ordered listing (S3, GCS, Azure).
+    listing_probes_versions: bool,
 }
 
 /// The handler our compare-and-swap wrapper ([`ExpectVersion`]) writes through.
@@ -583,15 +602,18 @@ impl LoopState {
         // lists instead.
         let crawling = lost.named_by_lance && self.named_by_lance;
         self.named_by_lance = lost.named_by_lance;
-        // After any other refusal, a judgement at the write may have read the peers past the
-        // version known to exist: they exist too, and the next attempt stands on no less. After a
-        // lost put, an operation judged at the write stands where it stood: Lance's next listing
-        // finds the writers past it (their manifests and transactions are in the session's cache
-        // by then), and the next judgement at the write judges them with the log it already holds.
-        // Standing on the newest of them instead would cost a version lookup (a HEAD request on an
-        // object store) to check it out.
+        // A judgement at the write may have read the peers past the version known to exist: they
+        // exist too, and the next attempt stands on no less. Except after a lost put on a store
+        // Lance lists in order: there an operation judged at the write stands where it stood, since
+        // Lance's next listing finds the writers past it in one request however many they are
+        // (their manifests and transactions are in the session's cache by then), where checking
+        // the newest out would cost a version lookup (a HEAD request). Where Lance's listing probes
+        // each version, standing still costs a request per version passed on every attempt, and a
+        // writer that keeps losing its put stands further behind each time (seen: 100 and more
+        // versions behind at 8 writers on a local disk, three times Lance's manifest requests).
         let reach = self.log.reach();
-        let stand = |v: u64| if lost.put_lost { v } else { v.max(reach) };
+        let stand_still = lost.put_lost && !fixed.listing_probes_versions;
+        let stand = |v: u64| if stand_still { v } else { v.max(reach) };
         self.next_head = lost.exists.map(stand).filter(|_| fixed.inner.stands_on_known_heads(fixed) && !crawling);
     }
 }
@@ -870,9 +892,9 @@ async fn write_attempt(
         }
         (Err(_), WriteRecord::LostRace) => {
             // The put met version `head + 1` (or the one the judgement at the write admitted). An
-            // operation judged at the write stands where it stood and lets Lance's next listing find
-            // that writer, which it then judges at the write from what Lance has just read; anything
-            // else reads it itself.
+            // operation judged at the write stands no further than the writers its judgement read
+            // (`LoopState::after`) and lets Lance's next listing find that writer, which it then
+            // judges at the write from what Lance has just read; anything else reads it itself.
             let exists = if eligible { head } else { head + 1 };
             Ok(Written::LostRace(LostRace {
                 dataset_saw: head,

@@ -343,27 +343,29 @@ fn land_between_judgement_and_put(uri: &str, theirs: Stage) {
     });
 }
 
-/// The report of a commit whose first put, admitted at the write, was lost to the writer the test
-/// hook landed ([`land_between_judgement_and_put`]): two attempts, the second standing where the
-/// first stood and admitted at the write at `v + 3`. The first attempt's judgement at the write.
+/// The report of a commit whose first put, admitted at the write over the writer at `v + 1`, was
+/// lost to the writer the test hook landed ([`land_between_judgement_and_put`]): two attempts, the
+/// second standing on the writer the first's judgement read (a local disk, where Lance's listing
+/// probes each version: `design/commit.md`, "One listing per attempt: Lance's") and admitted at the
+/// write at `v + 3`. The first attempt's judgement at the write.
 fn lost_then_admitted(report: &CommitReport, v: u64) -> &lance_actions_commit::commit::AtWriteReport {
     assert_eq!(report.version, v + 3, "{report:?}");
     assert_eq!(report.attempts.len(), 2, "{report:?}");
     let (first, second) = (&report.attempts[0], &report.attempts[1]);
     assert_eq!(first.write, Some(WriteRecord::LostRace), "{report:?}");
-    assert_eq!(second.head, v, "the second attempt stands where the first stood: {report:?}");
+    assert_eq!(second.head, v + 1, "the second attempt stands on the writer the first judged: {report:?}");
     assert_eq!(second.write, Some(WriteRecord::WrittenAfterRejudging { version: v + 3 }));
     let at_write = first.at_write.as_ref().expect("judged at the first write");
     assert!(at_write.verdict.is_ok(), "{report:?}");
     at_write
 }
 
-/// A put lost after the judgement at the write admitted the writer before it: the next attempt
-/// stands where the first stood (checking the newest writer out would cost a version lookup, a
-/// HEAD request on an object store), Lance's listing finds both writers, and the judgement at the
-/// second write reads only the one it had not read. Every row lands once.
+/// A put lost after the judgement at the write admitted the writer before it: on a local disk the
+/// next attempt stands on that writer (standing still, Lance's every listing would probe each
+/// version past it again), judges it itself from the log the judgement filled, and the judgement
+/// at the second write judges only the writer that took the put. Every row lands once.
 #[tokio::test]
-async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood() {
+async fn an_append_whose_put_was_lost_after_its_judgement_stands_on_the_writer_it_judged() {
     let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     let ours = stage_append(&stale, "ours", &ids(100..103)).await.expect("stage ours").txn;
@@ -373,9 +375,12 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
     let (_, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     lost_then_admitted(&report, v);
     assert_eq!(report.listings(), 0, "Lance's listings were the only ones");
-    let at_write = report.attempts[1].at_write.as_ref().expect("judged at the second write");
-    assert_eq!(at_write.head, v + 2, "both writers judged, on the head Lance built on");
-    assert_eq!(at_write.peers.len(), 2, "ours judged against both writers on that head: {report:?}");
+    let second = &report.attempts[1];
+    let judged = |peers: &[lance_actions::driver::PeerCheck]| peers.iter().map(|p| p.version).collect::<Vec<_>>();
+    assert_eq!(judged(&second.peers), [v + 1], "the second attempt judged writer a itself: {report:?}");
+    let at_write = second.at_write.as_ref().expect("judged at the second write");
+    assert_eq!(at_write.head, v + 2, "judged on the head Lance built on");
+    assert_eq!(judged(&at_write.peers), [v + 1, v + 2], "both writers judged at the write: {report:?}");
     assert!(at_write.verdict.is_ok());
     let (seen, total) = scan_ids(&*latest(&uri).await).await;
     assert_eq!(total, 32 + 3 + 2 + 2, "every row once");
@@ -383,10 +388,10 @@ async fn an_append_whose_put_was_lost_after_its_judgement_stands_where_it_stood(
 }
 
 /// A delete whose put was lost after its judgement at the write (on the head looked up, with the
-/// deletion facts loaded there) stands where it stood too, and lands at the next write over both
-/// writers. All three deletes hold.
+/// deletion facts loaded there) stands on the writer it judged too, and lands at the next write
+/// over the writer that took the put. All three deletes hold.
 #[tokio::test]
-async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood() {
+async fn a_delete_whose_put_was_lost_after_its_judgement_stands_on_the_writer_it_judged() {
     let (_dir, uri, stale) = sample().await;
     let v = stale.manifest().version;
     // Rows 3, 20 and 28 live in fragments 0, 2 and 3.
@@ -403,8 +408,8 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_where_it_stood()
 
 /// A delete given its rows, behind a writer of its own fragment: Lance merges the vectors and the
 /// judgement at the write admits the merge, but the put is lost to a third writer of the fragment.
-/// The next attempt stands where the first stood; Lance's next rebase merges the newer head's
-/// vector with our rows, and that is admitted. All three deletes hold: the lost merge left no row
+/// The next attempt stands on the writer the first judged; Lance's next rebase merges the newer
+/// head's vector with our rows, and that is admitted. All three deletes hold: the lost merge left no row
 /// out.
 #[tokio::test]
 async fn a_delete_whose_merged_put_was_lost_lands_merged_over_both_writers() {
@@ -419,7 +424,7 @@ async fn a_delete_whose_merged_put_was_lost_lands_merged_over_both_writers() {
 }
 
 /// An index creation whose put was lost after its judgement at the write (behind an append,
-/// admitted): the next attempt stands where it stood and is admitted over both appends. The index
+/// admitted): the next attempt stands on that append and is admitted over the other. The index
 /// covers the fragments it was built on, and queries find every row.
 #[tokio::test]
 async fn an_index_creation_whose_put_was_lost_after_its_judgement_lands_over_both_writers() {
