@@ -132,13 +132,36 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
 
 /// Remember the list of the transaction our commit landed as `landed`'s version, decoded from the
 /// transaction Lance committed (in `landed`'s session cache right after the commit; when it is not
-/// there, nothing is read and nothing remembered). Called after the put: the decoding delays only
-/// the writer that landed, not the table's next commit.
+/// there, nothing is read and nothing remembered). Called after the put, so the decoding never
+/// delays the table's next commit; on a multi-threaded Tokio runtime it does not delay the writer
+/// either: it runs as a task of its own while the writer returns (about 26 us of an append's 450 in
+/// the commit bench at one writer, `design/benchmarks.md`). Another writer that needs the list
+/// before it is remembered decodes it itself, as it would without this module. On a current-thread
+/// runtime a task would only run when this writer next waits, on the same thread: it decodes here.
 pub async fn remember_landed(landed: &Dataset) {
     let version = landed.manifest().version;
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
-    // Only remembered here, not used: a list that fails to decode is each reader's to meet.
-    let _ = actions_of_committed(landed.uri(), version, &txn);
+    let uri = landed.uri().to_string();
+    let decode = move || remember(&uri, version, &txn);
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            drop(runtime.spawn(async move { decode() }));
+        }
+        _ => decode(),
+    }
+}
+
+/// Decode and remember the list of `txn`, unless it carries none or is remembered already. Only
+/// remembered, not used: a list that fails to decode is each reader's to meet.
+fn remember(uri: &str, version: u64, txn: &Transaction) {
+    let Some(encoded) = crate::history::encoded_list(txn) else { return };
+    let key = key(uri, version, txn);
+    if lock().get(&key).is_some_and(|r| r.encoded == encoded) {
+        return;
+    }
+    if let Ok(list) = crate::history::actions_of(txn) {
+        lock().insert(key, Arc::new(Remembered { encoded: encoded.to_string(), list }));
+    }
 }
 
 /// The list remembered for the transaction `uuid` committed at `version` of the table at `uri`, if

@@ -810,6 +810,31 @@ async fn the_lists_remembered_for_landed_commits_are_what_their_stored_transacti
 }
 
 /// The transaction committed at `version`, read from storage through a session of its own.
+/// On a multi-threaded runtime a writer remembers its own landed list in a task of its own, off its
+/// path (`known::remember_landed`): the list is there soon after the commit returns, and it is what
+/// decoding the version's stored transaction gives. (On the current-thread runtimes of the other
+/// tests it is remembered before the commit returns.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_off_the_writers_path() {
+    let (_dir, uri, ds) = sample().await;
+    let staged = stage_append(&ds, "ours", &ids(100..103)).await.expect("stage").txn;
+    let (landed, _) = ds.action_commit().execute(staged).await.expect("lands");
+    let version = landed.manifest().version;
+    let stored = stored_transaction(&uri, version).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let remembered = loop {
+        if let Some(list) = lance_actions_commit::known::remembered(&uri, version, &stored.uuid) {
+            break list;
+        }
+        assert!(std::time::Instant::now() < deadline, "version {version} never remembered");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "what decoding gives");
+    let (seen, total) = scan_ids(&landed).await;
+    assert_eq!(total, 32 + 3, "the append landed once");
+    assert!(ids(100..103).iter().all(|i| seen.contains(i)));
+}
+
 async fn stored_transaction(uri: &str, version: u64) -> Transaction {
     let fresh = Dataset::open(uri).await.expect("a handle of its own");
     let at = fresh.checkout_version(version).await.expect("checkout");
