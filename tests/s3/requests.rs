@@ -257,9 +257,10 @@ async fn delete_behind_deletes(
 }
 
 /// A put lost after the judgement at the write admitted the writer before it, on S3, a store Lance
-/// lists in order: the next attempt stands where the first stood rather than look the newest
-/// writer up (a HEAD request), since Lance's next listing finds both writers in one request; the
-/// judgement at the second write judges both, from the log the first filled. (On a local disk,
+/// lists in order: the next attempt stands where the first stood (standing on the newest writer
+/// would mean looking it up, a HEAD request), since Lance's next listing finds both writers in one
+/// request; the judgement at the second write judges both, from the log the first filled. Checked
+/// from the report; the requests are not counted here (writer b's own fall in the same window). (On a local disk,
 /// where Lance's listing probes each version, it stands on the writer it judged instead:
 /// `tests/commit/at_write.rs`.) Every row lands once.
 pub async fn an_append_whose_put_was_lost_stands_where_it_stood_on_an_ordered_store(cx: &Ctx<'_>) {

@@ -526,7 +526,10 @@ struct Fixed {
     rows_trusted: bool,
     /// Lance lists the versions since one by probing each (a request per version: a store whose
     /// listing is not in order, such as a local disk or S3 Express, read through Lance's version
-    /// hint), not with one ordered listing (S3, GCS, Azure).
+    /// hint), not with one ordered listing (S3, GCS, Azure). Lance's own test of the store, so it
+    /// errs only where Lance lists otherwise: a full listing when the hint file is missing or over
+    /// 1,000 versions behind, or a caller's external manifest store that lists its versions in one
+    /// query. There standing on the newest writer judged costs one version lookup it did not need.
     listing_probes_versions: bool,
 }
 
@@ -714,9 +717,10 @@ async fn judge_attempt(
     if fixed.judged {
         return Ok(judged_by_caller(latest, &state.log, started));
     }
-    // The log may reach past the head this attempt stands on (a judgement at the write read the
-    // writers Lance listed, then the put was lost): those are judged at this attempt's write, on
-    // the head Lance builds on then.
+    // The log may reach past the head this attempt stands on (on a store Lance lists in order, a
+    // judgement at the write read the writers Lance listed, then the put was lost: the attempt
+    // stands still, `LoopState::after`): those are judged at this attempt's write, on the head
+    // Lance builds on then.
     let peers = state.log.peers_through(latest.manifest().version);
     let (verdict, checks) = drive(fixed, latest, peers, &state.facts, txn).await?;
     Ok(AttemptReport {

@@ -133,11 +133,13 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
 /// Remember the list of the transaction our commit landed as `landed`'s version, decoded from the
 /// transaction Lance committed (in `landed`'s session cache right after the commit; when it is not
 /// there, nothing is read and nothing remembered). Called after the put, so the decoding never
-/// delays the table's next commit; on a multi-threaded Tokio runtime it does not delay the writer
-/// either: it runs as a task of its own while the writer returns (about 26 us of an append's 450 in
-/// the commit bench at one writer, `design/benchmarks.md`). Another writer that needs the list
-/// before it is remembered decodes it itself, as it would without this module. On a current-thread
-/// runtime a task would only run when this writer next waits, on the same thread: it decodes here.
+/// delays the table's next commit. On a multi-threaded Tokio runtime it does not delay the commit's
+/// return either: it runs as a task of its own, when a worker is free (Tokio may keep it on the
+/// writer's worker until the writer next waits, for its next IO). It was about 26 us of an append's
+/// 450 in the commit bench at one writer (`design/benchmarks.md`). Another writer that needs the
+/// list before it is remembered decodes it itself, as it would without this module. On a
+/// current-thread runtime a task would only run when this writer next waits, on the same thread: it
+/// decodes here.
 pub async fn remember_landed(landed: &Dataset) {
     let version = landed.manifest().version;
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
