@@ -123,17 +123,11 @@ async fn behind_writers(cx: &Ctx<'_>, name: &str, way: Way, writers: i64) -> BTr
     let (uri, base) = sample_table(cx, name).await;
     let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
     let txn = stage_append(&stale, &[(100, 100)]).await;
-    let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
     // The writers in between: another process, as far as the stale handle's session knows.
     let mut expected: BTreeMap<i64, i64> = base.into_iter().collect();
     for w in 0..writers {
-        let other = Dataset::open(&uri).await.expect("open on S3");
         let id = 200 + w;
-        InsertBuilder::new(Arc::new(other))
-            .with_params(&append)
-            .execute(vec![rows(&[(id, id)])])
-            .await
-            .expect("a writer in between");
+        append_through_a_handle_of_its_own(&uri, id).await;
         expected.insert(id, id);
     }
     let before = cx.s3.requests_by_kind();
@@ -260,23 +254,20 @@ async fn delete_behind_deletes(
 /// lists in order: the next attempt stands where the first stood (standing on the newest writer
 /// would mean looking it up, a HEAD request), since Lance's next listing finds both writers in one
 /// request; the judgement at the second write judges both, from the log the first filled. Checked
-/// from the report; the requests are not counted here (writer b's own fall in the same window). (On a local disk,
-/// where Lance's listing probes each version, it stands on the writer it judged instead:
-/// `tests/commit/at_write.rs`.) Every row lands once.
+/// from the report; the requests are not counted here (writer b's own fall in the same window).
+/// (On a local disk, where Lance's listing probes each version, it stands on the writer it judged
+/// instead: `tests/commit/at_write.rs`.) Every row lands once.
 pub async fn an_append_whose_put_was_lost_stands_where_it_stood_on_an_ordered_store(cx: &Ctx<'_>) {
     let (uri, base) = sample_table(cx, "lost-put").await;
     let stale = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
     let v = stale.manifest().version;
     let ours = stage_append(&stale, &[(100, 100)]).await;
-    let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
-    let write = |uri: String, id: i64, append: WriteParams| async move {
-        let other = Arc::new(Dataset::open(&uri).await.expect("open on S3"));
-        InsertBuilder::new(other).with_params(&append).execute(vec![rows(&[(id, id)])]).await.expect("a writer lands");
-    };
-    write(uri.clone(), 200, append.clone()).await;
+    append_through_a_handle_of_its_own(&uri, 200).await;
     // Writer b takes the version our put asks for, between our judgement at the write and the put.
-    let (hook_uri, hook_append) = (uri.clone(), append.clone());
-    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || write(hook_uri, 300, hook_append));
+    let hook_uri = uri.clone();
+    lance_actions_commit::hooks::register("commit:admitted-at-write", &uri, move || async move {
+        append_through_a_handle_of_its_own(&hook_uri, 300).await
+    });
     let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
     assert_eq!(report.attempts.len(), 2, "{report:?}");
     let (first, second) = (&report.attempts[0], &report.attempts[1]);
@@ -290,4 +281,11 @@ pub async fn an_append_whose_put_was_lost_stands_where_it_stood_on_an_ordered_st
     expected.extend([(100, 100), (200, 200), (300, 300)]);
     let (found, total) = scan(&Dataset::open(&uri).await.expect("reopen")).await;
     assert_eq!((total, found), (expected.len(), expected), "every row once");
+}
+
+/// Append the row `(id, id)` through a handle (and session) of its own, as another process would.
+async fn append_through_a_handle_of_its_own(uri: &str, id: i64) {
+    let other = Arc::new(Dataset::open(uri).await.expect("open on S3"));
+    let append = WriteParams { mode: WriteMode::Append, ..Default::default() };
+    InsertBuilder::new(other).with_params(&append).execute(vec![rows(&[(id, id)])]).await.expect("a writer lands");
 }

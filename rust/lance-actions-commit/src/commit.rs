@@ -430,8 +430,6 @@ impl ActionCommit {
         debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
         let rows_trusted = self.rows_trusted;
         let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
-        // Lance's own test of how it lists the versions since one (`list_manifest_locations_since`).
-        let listing_probes_versions = lance_table::io::commit::uses_version_hint(&store);
         Ok(Fixed {
             ours,
             prepared,
@@ -443,7 +441,7 @@ impl ActionCommit {
             inner,
             judged: self.judged,
             rows_trusted,
-            listing_probes_versions,
+            store,
         })
     }
 
@@ -483,12 +481,11 @@ impl ActionCommit {
     /// writes when both handlers agree on its head.
     async fn read_head(&self, fixed: &Fixed, state: &LoopState) -> CommitResult<Arc<Dataset>> {
         let base_path = self.dataset.branch_location().path;
-        let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
         let uri = || self.dataset.uri().to_string();
         let listed = fixed
             .inner
             .handler
-            .resolve_latest_location(&base_path, &store)
+            .resolve_latest_location(&base_path, &fixed.store)
             .await
             .map_err(|e| CommitError::CommitHandler { uri: uri(), detail: e.to_string() })?
             .version;
@@ -524,13 +521,21 @@ struct Fixed {
     /// Our vectors' declared rows are Lance's report of their staging ([`StagedDelete`]): used as
     /// they are, never read back from the files.
     rows_trusted: bool,
+    /// The dataset's base object store: listed through, and asked how Lance lists it.
+    store: Arc<lance::io::ObjectStore>,
+}
+
+impl Fixed {
     /// Lance lists the versions since one by probing each (a request per version: a store whose
     /// listing is not in order, such as a local disk or S3 Express, read through Lance's version
-    /// hint), not with one ordered listing (S3, GCS, Azure). Lance's own test of the store, so it
-    /// errs only where Lance lists otherwise: a full listing when the hint file is missing or over
-    /// 1,000 versions behind, or a caller's external manifest store that lists its versions in one
-    /// query. There standing on the newest writer judged costs one version lookup it did not need.
-    listing_probes_versions: bool,
+    /// hint), not with one ordered listing (S3, GCS, Azure). Lance's own test of the store
+    /// (`list_manifest_locations_since`), so it errs only where Lance lists otherwise: a full
+    /// listing when the hint file is missing or over 1,000 versions behind, or a caller's external
+    /// manifest store that lists its versions in one query. There standing on the newest writer
+    /// judged costs one version lookup it did not need.
+    fn listing_probes_versions(&self) -> bool {
+        lance_table::io::commit::uses_version_hint(&self.store)
+    }
 }
 
 /// The handler our compare-and-swap wrapper ([`ExpectVersion`]) writes through.
@@ -615,7 +620,7 @@ impl LoopState {
         // writer that keeps losing its put stands further behind each time (seen: 100 and more
         // versions behind at 8 writers on a local disk, three times Lance's manifest requests).
         let reach = self.log.reach();
-        let stand_still = lost.put_lost && !fixed.listing_probes_versions;
+        let stand_still = lost.put_lost && !fixed.listing_probes_versions();
         let stand = |v: u64| if stand_still { v } else { v.max(reach) };
         self.next_head = lost.exists.map(stand).filter(|_| fixed.inner.stands_on_known_heads(fixed) && !crawling);
     }

@@ -124,10 +124,15 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
         codec::take_vectors_from_operation(&mut list, &txn.operation)?;
         return Ok(list);
     }
-    let list = crate::history::actions_of(txn)?;
-    let remembered = Arc::new(Remembered { encoded: encoded.to_string(), list: list.clone() });
-    lock().insert(key, remembered);
-    Ok(list)
+    Ok(decode_and_remember(key, encoded, txn)?.list.clone())
+}
+
+/// Decode `txn`'s list (its encoding `encoded`) and remember it under `key`; a list that fails to
+/// decode is not remembered.
+fn decode_and_remember(key: Key, encoded: &str, txn: &Transaction) -> Result<Arc<Remembered>, lance_actions::Error> {
+    let remembered = Arc::new(Remembered { encoded: encoded.to_string(), list: crate::history::actions_of(txn)? });
+    lock().insert(key, remembered.clone());
+    Ok(remembered)
 }
 
 /// Remember the list of the transaction our commit landed as `landed`'s version, decoded from the
@@ -161,9 +166,7 @@ fn remember(uri: &str, version: u64, txn: &Transaction) {
     if lock().get(&key).is_some_and(|r| r.encoded == encoded) {
         return;
     }
-    if let Ok(list) = crate::history::actions_of(txn) {
-        lock().insert(key, Arc::new(Remembered { encoded: encoded.to_string(), list }));
-    }
+    let _ = decode_and_remember(key, encoded, txn);
 }
 
 /// The list remembered for the transaction `uuid` committed at `version` of the table at `uri`, if

@@ -409,8 +409,8 @@ async fn a_delete_whose_put_was_lost_after_its_judgement_stands_on_the_writer_it
 /// A delete given its rows, behind a writer of its own fragment: Lance merges the vectors and the
 /// judgement at the write admits the merge, but the put is lost to a third writer of the fragment.
 /// The next attempt stands on the writer the first judged; Lance's next rebase merges the newer
-/// head's vector with our rows, and that is admitted. All three deletes hold: the lost merge left no row
-/// out.
+/// head's vector with our rows, and that is admitted. All three deletes hold: the lost merge left
+/// no row out.
 #[tokio::test]
 async fn a_delete_whose_merged_put_was_lost_lands_merged_over_both_writers() {
     // Rows 1, 2 and 3 all live in fragment 0.
