@@ -14,9 +14,10 @@
 //! workloads are `lance_actions_commit::bench::commit`, which `lance-actions bench commit` also runs.
 //!
 //! Run: `cargo bench -p lance-actions-benches --bench commit` (`-- --quick`: N = 1, 4 and fewer
-//! commits; `-- --only <workload>` for one workload; `-- --rounds R` for R rounds instead of three,
-//! which narrows the interval). `-- --profile ours|lance --only <workload> --writers N --rounds R` runs
-//! one way alone, R tables in a row, and prints its commits/s: a `perf record` of it is that way's CPU.
+//! commits; `-- --only <workload>` for one workload; `-- --writers N` for N writers only; `-- --rounds
+//! R` for R rounds instead of three, which narrows the interval). `-- --profile ours|lance --only
+//! <workload> --writers N --rounds R` runs one way alone, R tables in a row, and prints its
+//! commits/s: a `perf record` of it is that way's CPU.
 //! `-- --extra-fragments F` starts every table with F more one-row fragments, which no writer touches: a
 //! large manifest, which every commit reads and writes whole (a delete scans them all for its rows).
 
@@ -31,7 +32,12 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).and_then(|w| Workload::parse(w));
-    let ns: &[i64] = if quick { &[1, 4] } else { &[1, 2, 4, 8] };
+    let writers: Option<i64> = count(&args, "--writers");
+    let ns: Vec<i64> = match writers {
+        Some(n) => vec![n],
+        None if quick => vec![1, 4],
+        None => vec![1, 2, 4, 8],
+    };
     let commits = if quick { 10 } else { 50 };
     let rounds = count(&args, "--rounds").unwrap_or(REPEATS);
     // Tables that start with this many more one-row fragments (a large manifest).
@@ -39,23 +45,22 @@ async fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
     if let Some(way) = args.iter().position(|a| a == "--profile").and_then(|i| args.get(i + 1)) {
-        let writers = count(&args, "--writers").unwrap_or(4);
-        profile(&root, way, only.unwrap_or(Workload::Append), writers, commits, rounds, fragments).await;
+        profile(&root, way, only.unwrap_or(Workload::Append), writers.unwrap_or(4), commits, rounds, fragments).await;
         return;
     }
     // Warm the page cache, the allocator and Lance's session caches before measuring anything.
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10, 0).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10, 0).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | throughput vs lance | round by round [95%] |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | commit call (us) | in Lance / our own (us) | throughput vs lance | round by round [95%] |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
         Some(w) => vec![w],
         None => Workload::ALL.to_vec(),
     };
     for workload in workloads {
-        for &n in ns {
+        for &n in &ns {
             let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
             let comparison = compare(&root, &ways, workload, n, commits, rounds, fragments).await.expect("run");
             let figures = comparison.medians();
@@ -75,13 +80,15 @@ async fn main() {
                     _ => "-".into(),
                 };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+                let split = t.split_us.map(|(l, o)| format!("{l:.0} / {o:.0}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {ratio:.2}x | {by_round} |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {split} | {ratio:.2}x | {by_round} |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,
                     t.reexecutions_per_commit,
-                    t.lost_puts_per_commit
+                    t.lost_puts_per_commit,
+                    t.commit_call_us
                 );
             }
         }
@@ -117,12 +124,17 @@ async fn profile(
             Some((judged, us)) => format!(", {judged} judged at the write, {us:.1} us each"),
             None => String::new(),
         };
+        let split = match t.split_us {
+            Some((in_lance, own)) => format!(" ({in_lance:.0} in Lance's commit path, {own:.0} our own)"),
+            None => String::new(),
+        };
         println!(
-            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit{at_write}",
+            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit{at_write}, {:.0} us a commit call{split}",
             workload.name(),
             way.name(),
             t.commits_per_s,
-            t.lost_puts_per_commit
+            t.lost_puts_per_commit,
+            t.commit_call_us
         );
     }
 }

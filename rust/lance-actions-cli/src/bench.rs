@@ -104,6 +104,9 @@ fn figures(t: &Throughput) -> Value {
         "reexecutions_per_commit": t.reexecutions_per_commit,
         "retries_per_commit": t.retries_per_commit,
         "lost_puts_per_commit": t.lost_puts_per_commit,
+        "commit_call_us": t.commit_call_us,
+        "in_lance_us": t.split_us.map(|(in_lance, _)| in_lance),
+        "own_us": t.split_us.map(|(_, own)| own),
     })
 }
 
@@ -211,9 +214,13 @@ async fn side_by_side(
 
 fn print_line(name: &str, t: &Throughput) {
     let retries = t.retries_per_commit.map(|r| format!(", {r:.2} retries/commit")).unwrap_or_default();
+    let split = t
+        .split_us
+        .map(|(in_lance, own)| format!(" ({in_lance:.0} in Lance's commit path, {own:.0} our own)"))
+        .unwrap_or_default();
     println!(
-        "  {name:<20} {:>8.1} commits/s, {:.2} re-executions/commit{retries}, {:.2} lost puts/commit",
-        t.commits_per_s, t.reexecutions_per_commit, t.lost_puts_per_commit
+        "  {name:<20} {:>8.1} commits/s, {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us a commit call{split}",
+        t.commits_per_s, t.reexecutions_per_commit, t.lost_puts_per_commit, t.commit_call_us
     );
 }
 

@@ -32,7 +32,14 @@ fn bench_commit_json_reports_both_ways_and_their_ratio_and_removes_its_tables() 
     for way in ["ours", "lance"] {
         let lost = v[way]["lost_puts_per_commit"].as_f64();
         assert!(lost.is_some_and(|l| l >= 0.0), "{way} reports its lost manifest puts: {v}");
+        let call = v[way]["commit_call_us"].as_f64();
+        assert!(call.is_some_and(|c| c > 0.0), "{way} reports its commit call's time: {v}");
     }
+    // Ours splits its commit call: Lance's commit path, our own time, and (the rest) the waits.
+    let (in_lance, own) = (v["ours"]["in_lance_us"].as_f64(), v["ours"]["own_us"].as_f64());
+    let call = v["ours"]["commit_call_us"].as_f64().unwrap_or(0.0);
+    assert!(in_lance.zip(own).is_some_and(|(l, o)| l > 0.0 && o > 0.0 && l + o <= call), "{v}");
+    assert!(v["lance"]["in_lance_us"].is_null() && v["lance"]["own_us"].is_null(), "{v}");
     let ratio = v["ratio"].as_f64().expect("ratio");
     assert!((ratio - ours / lance).abs() < 1e-9, "ratio is ours / lance: {v}");
     // The default two rounds, paired: a median ratio, and no interval (6 rounds are needed).
@@ -55,6 +62,8 @@ fn bench_commit_prints_both_figures_and_the_ratio() {
     assert!(out.contains("retries/commit"), "our retries are shown: {out}");
     // One writer has nobody to lose a manifest put to, either way.
     assert_eq!(out.matches(", 0.00 lost puts/commit").count(), 2, "{out}");
+    assert_eq!(out.matches(" us a commit call").count(), 2, "both ways' commit call times: {out}");
+    assert!(out.contains(" in Lance's commit path, ") && out.contains(" our own)"), "ours is split: {out}");
     assert!(out.contains("round by round: median ") && out.contains("too few for an interval"), "{out}");
 }
 

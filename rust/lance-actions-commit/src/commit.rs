@@ -59,6 +59,9 @@ pub struct AttemptReport {
     /// The writers Lance's own pre-write listing found past `head`, judged at the manifest write
     /// (`design/commit.md`, "Judged at the write").
     pub at_write: Option<Box<AtWriteReport>>,
+    /// Time inside Lance's `CommitBuilder::execute` (zero when the attempt did not reach it). The
+    /// judgement at the write runs inside it ([`AtWriteReport::judging`]).
+    pub in_lance: Duration,
 }
 
 /// What the judgement at the manifest write saw and decided.
@@ -86,12 +89,16 @@ impl AtWriteReport {
 }
 
 /// The outcome of a commit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CommitReport {
     /// The version that landed.
     pub version: u64,
     pub read_version: u64,
     pub attempts: Vec<AttemptReport>,
+    /// From the start of the commit to its end (landed, refused or out of attempts).
+    pub elapsed: Duration,
+    /// Time spent waiting between attempts ([`RetryPolicy`]).
+    pub waited: Duration,
 }
 
 impl CommitReport {
@@ -109,6 +116,26 @@ impl CommitReport {
     /// Attempts whose head came from a listing of ours.
     pub fn listings(&self) -> usize {
         self.attempts.iter().filter(|a| a.listed).count()
+    }
+
+    /// Time inside Lance's `CommitBuilder::execute`, over all attempts, less our judgements at the
+    /// write (they run inside it): what Lance's own commit path took for this commit.
+    pub fn in_lance(&self) -> Duration {
+        let judging: Duration = self.attempts.iter().filter_map(|a| a.at_write.as_ref()).map(|w| w.judging).sum();
+        self.attempts.iter().map(|a| a.in_lance).sum::<Duration>().saturating_sub(judging)
+    }
+
+    /// The commit's own time, outside Lance's commit path and outside the waits between attempts:
+    /// preparing, reading peers, judging (at the write too), lowering, encoding our list. A commit
+    /// of ours is Lance's commit path plus this (`design/benchmarks.md`).
+    pub fn own_time(&self) -> Duration {
+        self.elapsed.saturating_sub(self.waited).saturating_sub(self.in_lance())
+    }
+
+    /// The report as the commit ends, `started` being when it began.
+    fn ended(mut self, started: Instant) -> Self {
+        self.elapsed = started.elapsed();
+        self
     }
 }
 
@@ -260,11 +287,12 @@ impl ActionCommit {
     /// an action list or any other `lance-actions.*` property it carries (a transaction read back
     /// from history) is dropped, so re-committing a history transaction cannot copy its provenance.
     pub async fn execute(self, staged: Transaction) -> CommitResult<(Dataset, CommitReport)> {
+        let began = Instant::now();
         let actions = lance_actions::lift(&staged.operation);
         let mut props = staged.transaction_properties.as_deref().cloned().unwrap_or_default();
         props.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
         let uuid = staged.uuid.clone();
-        self.run(staged.read_version, actions, uuid, staged.tag.clone(), props).await
+        self.run(began, staged.read_version, actions, uuid, staged.tag.clone(), props).await
     }
 
     /// Commit a delete staged by [`stage_delete`](crate::stage_delete), with the rows Lance reported
@@ -289,8 +317,9 @@ impl ActionCommit {
 
     /// Commit an action transaction built by hand against `read_version`.
     pub async fn execute_actions(self, read_version: u64, actions: ActionTxn) -> CommitResult<(Dataset, CommitReport)> {
+        let began = Instant::now();
         let uuid = self.uuid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
-        self.run(read_version, actions, uuid, None, HashMap::new()).await
+        self.run(began, read_version, actions, uuid, None, HashMap::new()).await
     }
 
     /// The caller has judged the actions against everything committed up to the read version
@@ -343,6 +372,7 @@ impl ActionCommit {
     /// from one attempt to the next.
     async fn run(
         self,
+        began: Instant,
         read_version: u64,
         ours: ActionTxn,
         uuid: String,
@@ -350,13 +380,19 @@ impl ActionCommit {
         properties: HashMap<String, String>,
     ) -> CommitResult<(Dataset, CommitReport)> {
         let fixed = Arc::new(self.prepare(read_version, ours, uuid, tag, properties).await?);
-        let mut report = CommitReport { version: 0, read_version, attempts: Vec::new() };
+        let mut report = CommitReport { read_version, ..CommitReport::default() };
         let mut state = LoopState::new(&fixed, &self.dataset);
         let mut attempts = self.retry.attempts();
         // After an attempt that saw the head move before it wrote, the next starts at once, as
         // Lance's own loop rebases at once; only a lost manifest write waits (`retry.rs`).
         let mut at_once = false;
-        while if at_once { attempts.next_at_once() } else { attempts.next().await }.is_some() {
+        loop {
+            let waiting = Instant::now();
+            let next = if at_once { attempts.next_at_once() } else { attempts.next().await };
+            report.waited += waiting.elapsed();
+            if next.is_none() {
+                break;
+            }
             let started = Instant::now();
             let (latest, listed) = self.head_for_attempt(&fixed, &state).await?;
             state.known = latest.clone();
@@ -364,7 +400,7 @@ impl ActionCommit {
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
             if let Some(version) = state.log.landed(&fixed.uuid) {
-                return landed_at(&latest, version, report).await;
+                return landed_at(&latest, version, report.ended(began)).await;
             }
             let mut txn = fixed.ours.clone();
             // Row-level facts matter only against a peer: with none, no vector is merged, and the
@@ -378,7 +414,7 @@ impl ActionCommit {
             if !entry.verdict.is_ok() {
                 let verdict = entry.verdict.clone();
                 report.attempts.push(entry);
-                return Err(refused(verdict, report));
+                return Err(refused(verdict, report.ended(began)));
             }
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
@@ -389,7 +425,7 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     // After the put: this writer's time, not the table's (`known`).
                     crate::known::remember_landed(&ds).await;
-                    return Ok((*ds, report));
+                    return Ok((*ds, report.ended(began)));
                 }
                 Written::LostRace(lost) => {
                     if lost.put_lost {
@@ -401,7 +437,7 @@ impl ActionCommit {
                 }
             }
         }
-        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report) })
+        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report.ended(began)) })
     }
 
     /// Everything the attempts share, fixed once: our actions with the caller's rows and restore
@@ -736,6 +772,7 @@ async fn judge_attempt(
         checking: started.elapsed(),
         listed: false,
         at_write: None,
+        in_lance: Duration::ZERO,
     })
 }
 
@@ -804,6 +841,7 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
         checking: started.elapsed(),
         listed: false,
         at_write: None,
+        in_lance: Duration::ZERO,
     }
 }
 
@@ -870,7 +908,9 @@ async fn write_attempt(
     if let Some(rows) = rows {
         builder = builder.with_affected_rows(rows);
     }
+    let in_lance = Instant::now();
     let result = builder.execute(lance_txn).await;
+    entry.in_lance = in_lance.elapsed();
     if let Some(judge) = judge {
         entry.at_write = judge.give_back(state).await.map(Box::new);
     }

@@ -232,7 +232,7 @@ mod tests {
             version: 3,
             updated: 20,
             commits: (2..=3)
-                .map(|v| lance_actions_commit::CommitReport { version: v, read_version: v - 1, attempts: Vec::new() })
+                .map(|v| lance_actions_commit::CommitReport { version: v, read_version: v - 1, ..Default::default() })
                 .collect(),
             ..Default::default()
         };

@@ -104,6 +104,13 @@ pub struct Throughput {
     /// put (`None` for Lance). A judgement that refused before reporting (Lance changed our
     /// transaction) is not counted, nor are those of a commit refused with Retry.
     pub at_write: Option<(usize, f64)>,
+    /// The mean wall time of one commit call per commit, in microseconds (ours: `execute`; Lance's:
+    /// `CommitBuilder::execute`, its retries inside), re-executed calls included.
+    pub commit_call_us: f64,
+    /// Ours: of a commit call, the mean time inside Lance's commit path
+    /// ([`crate::CommitReport::in_lance`]) and our own ([`crate::CommitReport::own_time`]), in
+    /// microseconds per commit; the rest is the waits between attempts. `None` for Lance.
+    pub split_us: Option<(f64, f64)>,
 }
 
 const ROWS_PER_FRAGMENT: i64 = 64;
@@ -228,6 +235,8 @@ enum Landed {
         retries: usize,
         /// Judgements at the write, and their time.
         at_write: (usize, Duration),
+        /// Ours: time inside Lance's commit path, and our own ([`crate::CommitReport`]).
+        split: (Duration, Duration),
     },
     /// A Retry verdict (or Lance's conflict error): re-read and re-stage.
     Reexecute,
@@ -252,7 +261,8 @@ async fn commit_once(
                 Ok((_, report)) => {
                     let judged = report.attempts.iter().filter_map(|a| a.at_write.as_ref());
                     let at_write = judged.fold((0, Duration::ZERO), |(n, t), j| (n + 1, t + j.judging));
-                    Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1), at_write })
+                    let split = (report.in_lance(), report.own_time());
+                    Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1), at_write, split })
                 }
                 Err(CommitError::Retry { .. }) => Ok(Landed::Reexecute),
                 Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
@@ -265,7 +275,7 @@ async fn commit_once(
                 c = c.with_affected_rows(rows);
             }
             match c.execute(txn).await {
-                Ok(_) => Ok(Landed::Yes { retries: 0, at_write: (0, Duration::ZERO) }),
+                Ok(_) => Ok(Landed::Yes { retries: 0, at_write: (0, Duration::ZERO), split: Default::default() }),
                 Err(
                     lance::Error::RetryableCommitConflict { .. }
                     | lance::Error::CommitConflict { .. }
@@ -284,6 +294,10 @@ struct WriterTotals {
     retries: usize,
     judged_at_write: usize,
     judging: Duration,
+    /// Commit calls, landed or re-executed.
+    calls: Duration,
+    in_lance: Duration,
+    own: Duration,
 }
 
 /// One writer: `commits` logical writes, each re-staged on a Retry.
@@ -300,11 +314,16 @@ async fn writer(
         loop {
             let ds = Arc::new(crate::storage::open(&uri).await.map_err(lance_err("opening the bench table"))?);
             let staged = stage(&ds, workload, w, k, commits).await?;
-            match commit_once(&ds, way, w, staged, &puts).await? {
-                Landed::Yes { retries, at_write } => {
+            let call = Instant::now();
+            let landed = commit_once(&ds, way, w, staged, &puts).await?;
+            totals.calls += call.elapsed();
+            match landed {
+                Landed::Yes { retries, at_write, split } => {
                     totals.retries += retries;
                     totals.judged_at_write += at_write.0;
                     totals.judging += at_write.1;
+                    totals.in_lance += split.0;
+                    totals.own += split.1;
                     break;
                 }
                 Landed::Reexecute => totals.reexecutions += 1,
@@ -353,15 +372,21 @@ pub async fn run(
         totals.retries += t.retries;
         totals.judged_at_write += t.judged_at_write;
         totals.judging += t.judging;
+        totals.calls += t.calls;
+        totals.in_lance += t.in_lance;
+        totals.own += t.own;
     }
     let judging_us = totals.judging.as_secs_f64() * 1e6 / totals.judged_at_write.max(1) as f64;
     let total = (writers * commits) as f64;
+    let per_commit_us = |d: Duration| d.as_secs_f64() * 1e6 / total;
     Ok(Throughput {
         commits_per_s: total / start.elapsed().as_secs_f64(),
         reexecutions_per_commit: totals.reexecutions as f64 / total,
         retries_per_commit: (way == Way::Ours).then_some(totals.retries as f64 / total),
         lost_puts_per_commit: puts.lost() as f64 / total,
         at_write: (way == Way::Ours).then_some((totals.judged_at_write, judging_us)),
+        commit_call_us: per_commit_us(totals.calls),
+        split_us: (way == Way::Ours).then(|| (per_commit_us(totals.in_lance), per_commit_us(totals.own))),
     })
 }
 

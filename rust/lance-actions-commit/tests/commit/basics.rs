@@ -20,6 +20,11 @@ async fn a_commit_lands_at_the_next_version_and_carries_its_actions() {
     assert_eq!(landed.manifest().version, v + 1);
     assert_eq!(report.version, v + 1);
     assert_eq!(report.attempts.len(), 1);
+    // One attempt, nothing to wait for: the commit's time is Lance's commit path and ours.
+    assert!(report.attempts[0].in_lance > std::time::Duration::ZERO, "{report:?}");
+    assert!(report.waited < std::time::Duration::from_millis(1), "no wait before the first attempt: {report:?}");
+    assert_eq!(report.waited + report.in_lance() + report.own_time(), report.elapsed, "{report:?}");
+    assert!(report.own_time() > std::time::Duration::ZERO, "{report:?}");
     let txn = landed.read_transaction().await.expect("read").expect("txn");
     let props = txn.transaction_properties.expect("properties");
     let decoded = codec::decode_property(&props[codec::PROPERTY_KEY]).expect("decodes");
