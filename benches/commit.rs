@@ -52,9 +52,9 @@ async fn main() {
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10, 0).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10, 0).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | commit call (us) | in Lance / our own (us) | throughput vs lance | round by round [95%] |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | in Lance / our own (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
         Some(w) => vec![w],
         None => Workload::ALL.to_vec(),
@@ -79,16 +79,23 @@ async fn main() {
                     Some(e) if compared => e.display(),
                     _ => "-".into(),
                 };
+                let all_writing_by_round = match comparison.all_writing_ratio(i, lance) {
+                    Some(e) if compared => e.display(),
+                    _ => "-".into(),
+                };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
                 let split = t.split_us.map(|(l, o)| format!("{l:.0} / {o:.0}")).unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {split} | {ratio:.2}x | {by_round} |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {:.0} | {split} | {ratio:.2}x | {by_round} | {:.1} | {:.2} | {all_writing_by_round} |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,
                     t.reexecutions_per_commit,
                     t.lost_puts_per_commit,
-                    t.commit_call_us
+                    t.stage_us,
+                    t.commit_call_us,
+                    t.all_writing_per_s,
+                    t.finish_spread
                 );
             }
         }
@@ -129,11 +136,14 @@ async fn profile(
             None => String::new(),
         };
         println!(
-            "{} {} N={writers}: {:.1} commits/s, {:.2} lost puts/commit{at_write}, {:.0} us a commit call{split}",
+            "{} {} N={writers}: {:.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} lost puts/commit{at_write}, {:.0} us opening and staging, {:.0} us a commit call{split}",
             workload.name(),
             way.name(),
             t.commits_per_s,
+            t.all_writing_per_s,
+            t.finish_spread,
             t.lost_puts_per_commit,
+            t.stage_us,
             t.commit_call_us
         );
     }

@@ -101,9 +101,12 @@ fn failure(e: BenchError) -> Failure {
 fn figures(t: &Throughput) -> Value {
     json!({
         "commits_per_s": t.commits_per_s,
+        "all_writing_per_s": t.all_writing_per_s,
+        "finish_spread": t.finish_spread,
         "reexecutions_per_commit": t.reexecutions_per_commit,
         "retries_per_commit": t.retries_per_commit,
         "lost_puts_per_commit": t.lost_puts_per_commit,
+        "stage_us": t.stage_us,
         "commit_call_us": t.commit_call_us,
         "in_lance_us": t.split_us.map(|(in_lance, _)| in_lance),
         "own_us": t.split_us.map(|(_, own)| own),

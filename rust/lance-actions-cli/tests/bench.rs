@@ -32,6 +32,11 @@ fn bench_commit_json_reports_both_ways_and_their_ratio_and_removes_its_tables() 
     for way in ["ours", "lance"] {
         let lost = v[way]["lost_puts_per_commit"].as_f64();
         assert!(lost.is_some_and(|l| l >= 0.0), "{way} reports its lost manifest puts: {v}");
+        // A rate while every writer writes, and the last writer finished no earlier than the first.
+        let all_writing = v[way]["all_writing_per_s"].as_f64();
+        assert!(all_writing.is_some_and(|r| r > 0.0), "{way} reports its rate while all write: {v}");
+        let spread = v[way]["finish_spread"].as_f64();
+        assert!(spread.is_some_and(|s| s >= 1.0), "{way} reports its writers' finish spread: {v}");
         let call = v[way]["commit_call_us"].as_f64();
         assert!(call.is_some_and(|c| c > 0.0), "{way} reports its commit call's time: {v}");
     }

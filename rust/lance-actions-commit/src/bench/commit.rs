@@ -90,7 +90,15 @@ impl Workload {
 /// One run's figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Throughput {
+    /// All commits over the run's time, which ends with the last writer's last commit.
     pub commits_per_s: f64,
+    /// The commits that landed while every writer was still writing, over that time: until the
+    /// first writer to finish landed its last commit ([`steady_rate`]). A writer that falls
+    /// behind the others (its retries waited longer) leaves the run's end to fewer writers, which
+    /// `commits_per_s` counts and this does not.
+    pub all_writing_per_s: f64,
+    /// The last writer's finishing time over the first's: 1.0 when all finish together.
+    pub finish_spread: f64,
     /// Retry verdicts handed back to the writer (which re-read and re-staged), per commit.
     pub reexecutions_per_commit: f64,
     /// Our loop's attempts after the first, per commit (`None` for Lance: it does not report them).
@@ -107,6 +115,10 @@ pub struct Throughput {
     /// The mean wall time of one commit call per commit, in microseconds (ours: `execute`; Lance's:
     /// `CommitBuilder::execute`, its retries inside), re-executed calls included.
     pub commit_call_us: f64,
+    /// The mean wall time per commit of a writer's work before its commit call: opening the table
+    /// and staging the write (re-stagings included), in microseconds. The same code for every way:
+    /// where it differs, the ways' commits slow the writers' other work.
+    pub stage_us: f64,
     /// Ours: of a commit call, the mean time inside Lance's commit path
     /// ([`crate::CommitReport::in_lance`]) and our own ([`crate::CommitReport::own_time`]), in
     /// microseconds per commit; the rest is the waits between attempts. `None` for Lance.
@@ -296,6 +308,10 @@ struct WriterTotals {
     judging: Duration,
     /// Commit calls, landed or re-executed.
     calls: Duration,
+    /// Opening the table and staging, before each commit call.
+    staging: Duration,
+    /// When each of this writer's commits landed.
+    landed: Vec<Instant>,
     in_lance: Duration,
     own: Duration,
 }
@@ -312,8 +328,10 @@ async fn writer(
     let mut totals = WriterTotals::default();
     for k in 0..commits {
         loop {
+            let staging = Instant::now();
             let ds = Arc::new(crate::storage::open(&uri).await.map_err(lance_err("opening the bench table"))?);
             let staged = stage(&ds, workload, w, k, commits).await?;
+            totals.staging += staging.elapsed();
             let call = Instant::now();
             let landed = commit_once(&ds, way, w, staged, &puts).await?;
             totals.calls += call.elapsed();
@@ -324,6 +342,7 @@ async fn writer(
                     totals.judging += at_write.1;
                     totals.in_lance += split.0;
                     totals.own += split.1;
+                    totals.landed.push(Instant::now());
                     break;
                 }
                 Landed::Reexecute => totals.reexecutions += 1,
@@ -366,6 +385,7 @@ pub async fn run(
     let handles: Vec<_> =
         (0..writers).map(|w| tokio::spawn(writer(uri.to_string(), way, workload, w, commits, puts.clone()))).collect();
     let mut totals = WriterTotals::default();
+    let mut landed = Vec::with_capacity(handles.len());
     for h in handles {
         let t = h.await.map_err(|e| BenchError::Setup { what: format!("a writer task ended abnormally: {e}") })??;
         totals.reexecutions += t.reexecutions;
@@ -373,21 +393,38 @@ pub async fn run(
         totals.judged_at_write += t.judged_at_write;
         totals.judging += t.judging;
         totals.calls += t.calls;
+        totals.staging += t.staging;
         totals.in_lance += t.in_lance;
         totals.own += t.own;
+        landed.push(t.landed);
     }
+    let (all_writing_per_s, finish_spread) = steady_rate(start, &landed);
     let judging_us = totals.judging.as_secs_f64() * 1e6 / totals.judged_at_write.max(1) as f64;
     let total = (writers * commits) as f64;
     let per_commit_us = |d: Duration| d.as_secs_f64() * 1e6 / total;
     Ok(Throughput {
         commits_per_s: total / start.elapsed().as_secs_f64(),
+        all_writing_per_s,
+        finish_spread,
         reexecutions_per_commit: totals.reexecutions as f64 / total,
         retries_per_commit: (way == Way::Ours).then_some(totals.retries as f64 / total),
         lost_puts_per_commit: puts.lost() as f64 / total,
         at_write: (way == Way::Ours).then_some((totals.judged_at_write, judging_us)),
         commit_call_us: per_commit_us(totals.calls),
+        stage_us: per_commit_us(totals.staging),
         split_us: (way == Way::Ours).then(|| (per_commit_us(totals.in_lance), per_commit_us(totals.own))),
     })
+}
+
+/// From each writer's landing times (the run began at `start`): the commits per second while every
+/// writer was still writing (up to the first writer's last landing), and the last writer's
+/// finishing time over the first's.
+fn steady_rate(start: Instant, landed: &[Vec<Instant>]) -> (f64, f64) {
+    let finishes: Vec<Duration> = landed.iter().filter_map(|l| l.last()).map(|t| t.duration_since(start)).collect();
+    let (Some(first), Some(last)) = (finishes.iter().min(), finishes.iter().max()) else { return (0.0, 1.0) };
+    let within = landed.iter().flatten().filter(|t| t.duration_since(start) <= *first).count();
+    let spread = if first.is_zero() { 1.0 } else { last.as_secs_f64() / first.as_secs_f64() };
+    (within as f64 / first.as_secs_f64().max(f64::MIN_POSITIVE), spread)
 }
 
 /// Each of `ways`' runs (in that order), measured in rounds: round `r` runs every way once, in the
@@ -442,9 +479,18 @@ impl Comparison {
     /// Throughput of way `ours` over way `theirs`, round by round: the median ratio and its
     /// interval ([`stats::paired_ratio`]). `None` for a way out of range.
     pub fn ratio(&self, ours: usize, theirs: usize) -> Option<RatioEstimate> {
-        let throughput =
-            |way: usize| -> Option<Vec<f64>> { Some(self.runs.get(way)?.iter().map(|t| t.commits_per_s).collect()) };
-        stats::paired_ratio(&throughput(ours)?, &throughput(theirs)?)
+        self.ratio_of(ours, theirs, |t| t.commits_per_s)
+    }
+
+    /// The same for the commits landed while every writer was writing
+    /// ([`Throughput::all_writing_per_s`]).
+    pub fn all_writing_ratio(&self, ours: usize, theirs: usize) -> Option<RatioEstimate> {
+        self.ratio_of(ours, theirs, |t| t.all_writing_per_s)
+    }
+
+    fn ratio_of(&self, ours: usize, theirs: usize, figure: fn(&Throughput) -> f64) -> Option<RatioEstimate> {
+        let figures = |way: usize| -> Option<Vec<f64>> { Some(self.runs.get(way)?.iter().map(figure).collect()) };
+        stats::paired_ratio(&figures(ours)?, &figures(theirs)?)
     }
 }
 
@@ -459,4 +505,37 @@ fn median_throughput(mut runs: Vec<Throughput>) -> Throughput {
     debug_assert!(!runs.is_empty(), "compare makes at least one run per way");
     runs.sort_by(|a, b| a.commits_per_s.total_cmp(&b.commits_per_s));
     runs[runs.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(start: Instant, millis: &[u64]) -> Vec<Instant> {
+        millis.iter().map(|m| start + Duration::from_millis(*m)).collect()
+    }
+
+    #[test]
+    fn writers_finishing_together_count_every_commit_and_spread_one() {
+        let start = Instant::now();
+        let landed = [at(start, &[10, 20, 30, 40]), at(start, &[15, 25, 35, 40])];
+        let (rate, spread) = steady_rate(start, &landed);
+        assert!((rate - 8.0 / 0.040).abs() < 1e-6, "8 commits in 40 ms: {rate}");
+        assert!((spread - 1.0).abs() < 1e-9, "{spread}");
+    }
+
+    #[test]
+    fn a_writer_left_alone_at_the_end_is_not_counted_after_the_first_finished() {
+        let start = Instant::now();
+        // The first writer lands its last commit at 20 ms; the other goes on alone until 80 ms.
+        let landed = [at(start, &[10, 20]), at(start, &[15, 40, 60, 80])];
+        let (rate, spread) = steady_rate(start, &landed);
+        assert!((rate - 3.0 / 0.020).abs() < 1e-6, "3 commits landed by 20 ms: {rate}");
+        assert!((spread - 4.0).abs() < 1e-9, "80 ms over 20 ms: {spread}");
+    }
+
+    #[test]
+    fn no_commit_at_all_is_no_rate() {
+        assert_eq!(steady_rate(Instant::now(), &[vec![], vec![]]), (0.0, 1.0));
+    }
 }
