@@ -52,7 +52,7 @@ async fn main() {
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10, 0).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10, 0).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | in Lance / our own (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | in Lance / our own / waits (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
@@ -84,7 +84,10 @@ async fn main() {
                     _ => "-".into(),
                 };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
-                let split = t.split_us.map(|(l, o)| format!("{l:.0} / {o:.0}")).unwrap_or_else(|| "-".into());
+                let split = t
+                    .split_us
+                    .map(|s| format!("{:.0} / {:.0} / {:.0}", s.in_lance, s.own, s.waited))
+                    .unwrap_or_else(|| "-".into());
                 println!(
                     "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {:.0} | {split} | {ratio:.2}x | {by_round} | {:.1} | {:.2} | {all_writing_by_round} |",
                     workload.name(),
@@ -92,7 +95,7 @@ async fn main() {
                     t.commits_per_s,
                     t.reexecutions_per_commit,
                     t.lost_puts_per_commit,
-                    t.stage_us,
+                    t.open_and_stage_us,
                     t.commit_call_us,
                     t.all_writing_per_s,
                     t.finish_spread
@@ -132,7 +135,9 @@ async fn profile(
             None => String::new(),
         };
         let split = match t.split_us {
-            Some((in_lance, own)) => format!(" ({in_lance:.0} in Lance's commit path, {own:.0} our own)"),
+            Some(s) => {
+                format!(" ({:.0} in Lance's commit path, {:.0} our own, {:.0} waiting)", s.in_lance, s.own, s.waited)
+            }
             None => String::new(),
         };
         println!(
@@ -143,7 +148,7 @@ async fn profile(
             t.all_writing_per_s,
             t.finish_spread,
             t.lost_puts_per_commit,
-            t.stage_us,
+            t.open_and_stage_us,
             t.commit_call_us
         );
     }

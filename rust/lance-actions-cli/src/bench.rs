@@ -106,10 +106,11 @@ fn figures(t: &Throughput) -> Value {
         "reexecutions_per_commit": t.reexecutions_per_commit,
         "retries_per_commit": t.retries_per_commit,
         "lost_puts_per_commit": t.lost_puts_per_commit,
-        "stage_us": t.stage_us,
+        "open_and_stage_us": t.open_and_stage_us,
         "commit_call_us": t.commit_call_us,
-        "in_lance_us": t.split_us.map(|(in_lance, _)| in_lance),
-        "own_us": t.split_us.map(|(_, own)| own),
+        "in_lance_us": t.split_us.map(|s| s.in_lance),
+        "own_us": t.split_us.map(|s| s.own),
+        "waited_us": t.split_us.map(|s| s.waited),
     })
 }
 
@@ -219,11 +220,17 @@ fn print_line(name: &str, t: &Throughput) {
     let retries = t.retries_per_commit.map(|r| format!(", {r:.2} retries/commit")).unwrap_or_default();
     let split = t
         .split_us
-        .map(|(in_lance, own)| format!(" ({in_lance:.0} in Lance's commit path, {own:.0} our own)"))
+        .map(|s| format!(" ({:.0} in Lance's commit path, {:.0} our own, {:.0} waiting)", s.in_lance, s.own, s.waited))
         .unwrap_or_default();
     println!(
-        "  {name:<20} {:>8.1} commits/s, {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us a commit call{split}",
-        t.commits_per_s, t.reexecutions_per_commit, t.lost_puts_per_commit, t.commit_call_us
+        "  {name:<20} {:>8.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us opening and staging, {:.0} us a commit call{split}",
+        t.commits_per_s,
+        t.all_writing_per_s,
+        t.finish_spread,
+        t.reexecutions_per_commit,
+        t.lost_puts_per_commit,
+        t.open_and_stage_us,
+        t.commit_call_us
     );
 }
 

@@ -97,7 +97,8 @@ pub struct CommitReport {
     pub attempts: Vec<AttemptReport>,
     /// From the start of the commit to its end (landed, refused or out of attempts).
     pub elapsed: Duration,
-    /// Time spent waiting between attempts ([`RetryPolicy`]).
+    /// Time slept between attempts ([`RetryPolicy`]); none before the first attempt, nor before
+    /// one started at once.
     pub waited: Duration,
 }
 
@@ -119,17 +120,24 @@ impl CommitReport {
     }
 
     /// Time inside Lance's `CommitBuilder::execute`, over all attempts, less our judgements at the
-    /// write (they run inside it): what Lance's own commit path took for this commit.
+    /// write (they run inside it): what Lance's own commit path took for this commit. A judgement
+    /// at the write that refused before reporting (Lance changed our transaction, or reading a
+    /// writer failed) is counted here, not as ours.
     pub fn in_lance(&self) -> Duration {
         let judging: Duration = self.attempts.iter().filter_map(|a| a.at_write.as_ref()).map(|w| w.judging).sum();
-        self.attempts.iter().map(|a| a.in_lance).sum::<Duration>().saturating_sub(judging)
+        let inside: Duration = self.attempts.iter().map(|a| a.in_lance).sum();
+        debug_assert!(inside >= judging, "each judgement at the write ran inside Lance's call");
+        inside.saturating_sub(judging)
     }
 
     /// The commit's own time, outside Lance's commit path and outside the waits between attempts:
-    /// preparing, reading peers, judging (at the write too), lowering, encoding our list. A commit
-    /// of ours is Lance's commit path plus this (`design/benchmarks.md`).
+    /// preparing, reading peers, judging (at the write too), lowering, encoding our list. Wall
+    /// time: with more writers than cores it includes waiting for one. A commit of ours is
+    /// Lance's commit path plus this plus the waits (`design/benchmarks.md`).
     pub fn own_time(&self) -> Duration {
-        self.elapsed.saturating_sub(self.waited).saturating_sub(self.in_lance())
+        let outside = self.waited + self.in_lance();
+        debug_assert!(self.elapsed >= outside, "the waits and Lance's time lie within the commit's");
+        self.elapsed.saturating_sub(outside)
     }
 
     /// The report as the commit ends, `started` being when it began.
@@ -387,9 +395,8 @@ impl ActionCommit {
         // Lance's own loop rebases at once; only a lost manifest write waits (`retry.rs`).
         let mut at_once = false;
         loop {
-            let waiting = Instant::now();
             let next = if at_once { attempts.next_at_once() } else { attempts.next().await };
-            report.waited += waiting.elapsed();
+            report.waited = attempts.slept();
             if next.is_none() {
                 break;
             }
@@ -400,7 +407,7 @@ impl ActionCommit {
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
             if let Some(version) = state.log.landed(&fixed.uuid) {
-                return landed_at(&latest, version, report.ended(began)).await;
+                return landed_at(&latest, version, report).await.map(|(ds, report)| (ds, report.ended(began)));
             }
             let mut txn = fixed.ours.clone();
             // Row-level facts matter only against a peer: with none, no vector is merged, and the

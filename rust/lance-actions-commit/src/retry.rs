@@ -91,7 +91,7 @@ impl RetryPolicy {
 
     /// A counter of attempts under this policy.
     pub fn attempts(&self) -> Attempts {
-        Attempts { policy: *self, made: 0, window: None }
+        Attempts { policy: *self, made: 0, window: None, slept: Duration::ZERO }
     }
 }
 
@@ -111,6 +111,8 @@ pub struct Attempts {
     made: usize,
     /// The colliding step's time, once measured ([`Attempts::collided_over`]).
     window: Option<Duration>,
+    /// Time spent sleeping before attempts, as measured.
+    slept: Duration,
 }
 
 impl Attempts {
@@ -122,7 +124,9 @@ impl Attempts {
         self.made += 1;
         let delay = jittered(self.step_before(self.made));
         if !delay.is_zero() {
+            let sleeping = std::time::Instant::now();
             tokio::time::sleep(delay).await;
+            self.slept += sleeping.elapsed();
         }
         Some(self.made)
     }
@@ -161,6 +165,11 @@ impl Attempts {
     /// How many attempts were started.
     pub fn made(&self) -> usize {
         self.made
+    }
+
+    /// The time slept before attempts so far (none before the first, nor before one at once).
+    pub fn slept(&self) -> Duration {
+        self.slept
     }
 }
 
@@ -222,6 +231,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_time_slept_counts_the_waits_and_nothing_before_the_first_attempt() {
+        let mut a = RetryPolicy::new(3, Duration::from_millis(20)).attempts();
+        assert_eq!(a.next().await, Some(1));
+        assert_eq!(a.slept(), Duration::ZERO, "no wait before the first attempt");
+        // The wait before the second is jittered in [0, 20 ms): what was slept lies within the
+        // time the call took.
+        let started = std::time::Instant::now();
+        assert_eq!(a.next().await, Some(2));
+        let slept = a.slept();
+        assert!(slept <= started.elapsed(), "only the time between: {slept:?}");
+        assert!(slept < Duration::from_secs(1), "at most a step or so: {slept:?}");
+    }
+
+    #[tokio::test]
     async fn an_attempt_at_once_skips_the_wait_but_counts_against_the_bound() {
         // A 10 s step: any wait would show in the elapsed time.
         let mut a = RetryPolicy::new(3, Duration::from_secs(10)).attempts();
@@ -232,5 +255,6 @@ mod tests {
         assert_eq!(a.next_at_once(), None, "the bound holds");
         assert_eq!(a.made(), 3);
         assert!(started.elapsed() < Duration::from_secs(1), "no attempt waited: {:?}", started.elapsed());
+        assert_eq!(a.slept(), Duration::ZERO, "nothing slept");
     }
 }

@@ -21,6 +21,14 @@ use super::{BenchError, BenchResult, lance_err};
 use crate::scenario::batch;
 use crate::{CommitError, DatasetActionsExt, StagedDelete};
 
+/// A commit call's time, split ([`Throughput::split_us`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Split {
+    pub in_lance: f64,
+    pub own: f64,
+    pub waited: f64,
+}
+
 /// Who commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Way {
@@ -118,11 +126,12 @@ pub struct Throughput {
     /// The mean wall time per commit of a writer's work before its commit call: opening the table
     /// and staging the write (re-stagings included), in microseconds. The same code for every way:
     /// where it differs, the ways' commits slow the writers' other work.
-    pub stage_us: f64,
-    /// Ours: of a commit call, the mean time inside Lance's commit path
-    /// ([`crate::CommitReport::in_lance`]) and our own ([`crate::CommitReport::own_time`]), in
-    /// microseconds per commit; the rest is the waits between attempts. `None` for Lance.
-    pub split_us: Option<(f64, f64)>,
+    pub open_and_stage_us: f64,
+    /// Ours: of the commit calls, the mean time per commit inside Lance's commit path
+    /// ([`crate::CommitReport::in_lance`]), our own ([`crate::CommitReport::own_time`]) and the
+    /// waits between attempts, in microseconds, re-executed calls included. What is left of the
+    /// call is outside our loop (building the commit, returning). `None` for Lance.
+    pub split_us: Option<Split>,
 }
 
 const ROWS_PER_FRAGMENT: i64 = 64;
@@ -247,11 +256,11 @@ enum Landed {
         retries: usize,
         /// Judgements at the write, and their time.
         at_write: (usize, Duration),
-        /// Ours: time inside Lance's commit path, and our own ([`crate::CommitReport`]).
-        split: (Duration, Duration),
+        /// Ours: the call's time split ([`CallSplit::of`]).
+        split: CallSplit,
     },
     /// A Retry verdict (or Lance's conflict error): re-read and re-stage.
-    Reexecute,
+    Reexecute { split: CallSplit },
 }
 
 async fn commit_once(
@@ -273,10 +282,10 @@ async fn commit_once(
                 Ok((_, report)) => {
                     let judged = report.attempts.iter().filter_map(|a| a.at_write.as_ref());
                     let at_write = judged.fold((0, Duration::ZERO), |(n, t), j| (n + 1, t + j.judging));
-                    let split = (report.in_lance(), report.own_time());
+                    let split = CallSplit::of(&report);
                     Ok(Landed::Yes { retries: report.attempts.len().saturating_sub(1), at_write, split })
                 }
-                Err(CommitError::Retry { .. }) => Ok(Landed::Reexecute),
+                Err(CommitError::Retry { report, .. }) => Ok(Landed::Reexecute { split: CallSplit::of(&report) }),
                 Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
             }
         }
@@ -287,15 +296,35 @@ async fn commit_once(
                 c = c.with_affected_rows(rows);
             }
             match c.execute(txn).await {
-                Ok(_) => Ok(Landed::Yes { retries: 0, at_write: (0, Duration::ZERO), split: Default::default() }),
+                Ok(_) => Ok(Landed::Yes { retries: 0, at_write: (0, Duration::ZERO), split: CallSplit::default() }),
                 Err(
                     lance::Error::RetryableCommitConflict { .. }
                     | lance::Error::CommitConflict { .. }
                     | lance::Error::TooMuchWriteContention { .. },
-                ) => Ok(Landed::Reexecute),
+                ) => Ok(Landed::Reexecute { split: CallSplit::default() }),
                 Err(e) => Err(lance_err("lance's commit")(e)),
             }
         }
+    }
+}
+
+/// One commit call's time, split as its report splits it (zero for Lance's calls).
+#[derive(Debug, Clone, Copy, Default)]
+struct CallSplit {
+    in_lance: Duration,
+    own: Duration,
+    waited: Duration,
+}
+
+impl CallSplit {
+    fn of(report: &crate::CommitReport) -> Self {
+        Self { in_lance: report.in_lance(), own: report.own_time(), waited: report.waited }
+    }
+
+    fn add(&mut self, other: CallSplit) {
+        self.in_lance += other.in_lance;
+        self.own += other.own;
+        self.waited += other.waited;
     }
 }
 
@@ -310,10 +339,9 @@ struct WriterTotals {
     calls: Duration,
     /// Opening the table and staging, before each commit call.
     staging: Duration,
+    split: CallSplit,
     /// When each of this writer's commits landed.
     landed: Vec<Instant>,
-    in_lance: Duration,
-    own: Duration,
 }
 
 /// One writer: `commits` logical writes, each re-staged on a Retry.
@@ -340,12 +368,14 @@ async fn writer(
                     totals.retries += retries;
                     totals.judged_at_write += at_write.0;
                     totals.judging += at_write.1;
-                    totals.in_lance += split.0;
-                    totals.own += split.1;
+                    totals.split.add(split);
                     totals.landed.push(Instant::now());
                     break;
                 }
-                Landed::Reexecute => totals.reexecutions += 1,
+                Landed::Reexecute { split } => {
+                    totals.reexecutions += 1;
+                    totals.split.add(split);
+                }
             }
         }
     }
@@ -394,8 +424,7 @@ pub async fn run(
         totals.judging += t.judging;
         totals.calls += t.calls;
         totals.staging += t.staging;
-        totals.in_lance += t.in_lance;
-        totals.own += t.own;
+        totals.split.add(t.split);
         landed.push(t.landed);
     }
     let (all_writing_per_s, finish_spread) = steady_rate(start, &landed);
@@ -411,20 +440,32 @@ pub async fn run(
         lost_puts_per_commit: puts.lost() as f64 / total,
         at_write: (way == Way::Ours).then_some((totals.judged_at_write, judging_us)),
         commit_call_us: per_commit_us(totals.calls),
-        stage_us: per_commit_us(totals.staging),
-        split_us: (way == Way::Ours).then(|| (per_commit_us(totals.in_lance), per_commit_us(totals.own))),
+        open_and_stage_us: per_commit_us(totals.staging),
+        split_us: (way == Way::Ours).then(|| Split {
+            in_lance: per_commit_us(totals.split.in_lance),
+            own: per_commit_us(totals.split.own),
+            waited: per_commit_us(totals.split.waited),
+        }),
     })
 }
 
 /// From each writer's landing times (the run began at `start`): the commits per second while every
 /// writer was still writing (up to the first writer's last landing), and the last writer's
 /// finishing time over the first's.
+/// A writer that landed nothing (or a run timed at zero) gives no rate and a spread of 1. The
+/// window ends at one of the first writer's landings, so the other writers' commits then in
+/// progress are left out (about half a commit each): both ways alike.
 fn steady_rate(start: Instant, landed: &[Vec<Instant>]) -> (f64, f64) {
-    let finishes: Vec<Duration> = landed.iter().filter_map(|l| l.last()).map(|t| t.duration_since(start)).collect();
+    let Some(finishes) = landed.iter().map(|l| l.last().map(|t| t.duration_since(start))).collect::<Option<Vec<_>>>()
+    else {
+        return (0.0, 1.0);
+    };
     let (Some(first), Some(last)) = (finishes.iter().min(), finishes.iter().max()) else { return (0.0, 1.0) };
+    if first.is_zero() {
+        return (0.0, 1.0);
+    }
     let within = landed.iter().flatten().filter(|t| t.duration_since(start) <= *first).count();
-    let spread = if first.is_zero() { 1.0 } else { last.as_secs_f64() / first.as_secs_f64() };
-    (within as f64 / first.as_secs_f64().max(f64::MIN_POSITIVE), spread)
+    (within as f64 / first.as_secs_f64(), last.as_secs_f64() / first.as_secs_f64())
 }
 
 /// Each of `ways`' runs (in that order), measured in rounds: round `r` runs every way once, in the
@@ -535,7 +576,10 @@ mod tests {
     }
 
     #[test]
-    fn no_commit_at_all_is_no_rate() {
-        assert_eq!(steady_rate(Instant::now(), &[vec![], vec![]]), (0.0, 1.0));
+    fn no_commit_at_all_or_a_writer_without_one_is_no_rate() {
+        let start = Instant::now();
+        assert_eq!(steady_rate(start, &[vec![], vec![]]), (0.0, 1.0));
+        assert_eq!(steady_rate(start, &[at(start, &[10]), vec![]]), (0.0, 1.0), "one writer never wrote");
+        assert_eq!(steady_rate(start, &[at(start, &[0])]), (0.0, 1.0), "no time passed");
     }
 }
