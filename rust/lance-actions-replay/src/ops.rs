@@ -251,7 +251,7 @@ impl Branches {
                 }
                 Err(e) => {
                     discard(&root, &fresh).await;
-                    return Err(e);
+                    return Err(lost_the_name(e, &old, branch));
                 }
             };
             hooks::point("rewrite:before-swap", self.uri()).await;
@@ -386,6 +386,18 @@ async fn discard(root: &Dataset, fresh: &str) {
     let _ = root.clone().force_delete_branch(fresh).await;
 }
 
+/// A rewrite's replay stopped because the branch's old physical branch was retired or deleted under
+/// it: another rewrite or a delete of the same branch won the race. The user named the branch, so
+/// that is the error they get, not the physical names ([`Error::NameRace`]); anything else stands.
+fn lost_the_name(e: Error, old: &str, branch: &str) -> Error {
+    match e {
+        Error::Retired { branch: physical, .. } | Error::BranchDeleted { branch: physical } if physical == old => {
+            Error::NameRace { name: branch.to_string() }
+        }
+        other => other,
+    }
+}
+
 /// Replace the pending commits `from..=to` of `chain` with their composition.
 fn squash_pending(session: &mut Session, from: u64, to: u64, chain: &Chain) -> Result<()> {
     let in_range = |v: u64| (from..=to).contains(&v);
@@ -401,4 +413,31 @@ fn squash_pending(session: &mut Session, from: u64, to: u64, chain: &Chain) -> R
     rest.insert(at, composed);
     session.pending = rest;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_old_branch_retired_or_deleted_under_a_rewrite_is_a_race_for_its_name() {
+        let retired = Error::Retired { branch: "feature.a1".into(), successor: "feature.b2".into() };
+        assert!(
+            matches!(lost_the_name(retired, "feature.a1", "feature"), Error::NameRace { name } if name == "feature")
+        );
+        let deleted = Error::BranchDeleted { branch: "feature.a1".into() };
+        assert!(
+            matches!(lost_the_name(deleted, "feature.a1", "feature"), Error::NameRace { name } if name == "feature")
+        );
+    }
+
+    #[test]
+    fn another_branch_retired_or_another_error_is_left_as_it_is() {
+        let other = Error::Retired { branch: "base.c3".into(), successor: "base.d4".into() };
+        assert!(
+            matches!(lost_the_name(other, "feature.a1", "feature"), Error::Retired { branch, .. } if branch == "base.c3")
+        );
+        let main = Error::Main { what: "rebased".into() };
+        assert!(matches!(lost_the_name(main, "feature.a1", "feature"), Error::Main { .. }));
+    }
 }
