@@ -16,7 +16,11 @@ pub enum Error {
     #[snafu(display("physical branch '{branch}' was retired: the branch now lives in '{successor}'"))]
     Retired { branch: String, successor: String },
 
-    #[snafu(display("physical branch '{branch}' was deleted while this operation ran; nothing of it was replayed"))]
+    /// Met before a commit of `branch` was replayed: that commit and those after it were not; a
+    /// merge's earlier commits may have landed (run it again: they are recognised).
+    #[snafu(display(
+        "physical branch '{branch}' was deleted while this operation ran; its commits from there on were not replayed"
+    ))]
     BranchDeleted { branch: String },
 
     #[snafu(display("a branch named '{name}' already exists"))]
