@@ -125,13 +125,27 @@ class CommitReport:
         The version the transaction was staged on.
     attempts : list of dict
         Per attempt: ``head`` (the version checked up to), ``peers`` (each committed version
-        judged, with its ``verdict``), ``verdict``, ``reason`` and ``write`` (what happened at
-        the manifest write).
+        judged, with its ``verdict``), ``verdict``, ``reason``, ``write`` (what happened at
+        the manifest write) and ``in_lance_seconds`` (the time inside Lance's commit).
+    elapsed_seconds, waited_seconds, in_lance_seconds, own_seconds : float
+        The commit's time and its split: slept between attempts, inside Lance's commit path
+        (less our judgements at the write), and our own (preparing, judging, encoding).
     """
 
     version: int
     read_version: int
     attempts: List[Dict[str, Any]]
+    elapsed_seconds: float = 0.0
+    waited_seconds: float = 0.0
+    in_lance_seconds: float = 0.0
+    own_seconds: float = 0.0
+
+    @staticmethod
+    def _of(report: Dict[str, Any]) -> "CommitReport":
+        times = ("elapsed_seconds", "waited_seconds", "in_lance_seconds", "own_seconds")
+        return CommitReport(
+            report["version"], report["read_version"], report["attempts"], *(report[k] for k in times)
+        )
 
 
 def commit(
@@ -150,7 +164,7 @@ def commit(
     uri = _located(target, storage_options)
     doc, schema, ids = transaction_json(txn)
     report = json.loads(_native.commit(uri, doc, schema, ids, max_attempts))
-    return CommitReport(report["version"], report["read_version"], report["attempts"])
+    return CommitReport._of(report)
 
 
 @dataclass(frozen=True)
@@ -188,7 +202,7 @@ def delete(
     uri = _located(target, storage_options)
     d = json.loads(_native.delete(uri, predicate, max_attempts))
     r = d["report"]
-    report = None if r is None else CommitReport(r["version"], r["read_version"], r["attempts"])
+    report = None if r is None else CommitReport._of(r)
     return Deleted(d["deleted"], report)
 
 

@@ -150,7 +150,9 @@ fn peers_json(peers: &[PeerCheck]) -> Vec<Value> {
 
 /// The commit report as data: the version landed and, per attempt, the head checked (and whether a
 /// listing of ours found it), every peer's verdict, the writers judged at the manifest write
-/// (`at_write`, `design/commit.md`, "Judged at the write") and the outcome of the manifest write.
+/// (`at_write`, `design/commit.md`, "Judged at the write"), the outcome of the manifest write and
+/// the time inside Lance's commit path; for the whole commit, its time split three ways
+/// (`design/commit.md`, "Reports").
 pub fn report_json(report: &CommitReport) -> Value {
     let attempts: Vec<Value> = report
         .attempts
@@ -168,10 +170,19 @@ pub fn report_json(report: &CommitReport) -> Value {
                 "at_write": at_write,
                 "write": a.write.as_ref().map(|w| format!("{w:?}")),
                 "checking_seconds": a.checking.as_secs_f64(),
+                "in_lance_seconds": a.in_lance.as_secs_f64(),
             })
         })
         .collect();
-    json!({"version": report.version, "read_version": report.read_version, "attempts": attempts})
+    json!({
+        "version": report.version,
+        "read_version": report.read_version,
+        "attempts": attempts,
+        "elapsed_seconds": report.elapsed.as_secs_f64(),
+        "waited_seconds": report.waited.as_secs_f64(),
+        "in_lance_seconds": report.in_lance().as_secs_f64(),
+        "own_seconds": report.own_time().as_secs_f64(),
+    })
 }
 
 /// Judge a converted pylance transaction with our driver and with Lance's resolver; nothing is

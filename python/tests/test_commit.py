@@ -32,6 +32,10 @@ def test_merge_insert_commits_and_pylance_reads_it(table):
     report = la.commit(table, txn)
     assert report.version == 2 and report.read_version == 1
     assert len(report.attempts) == 1 and report.attempts[0]["verdict"] == "ok"
+    # One attempt, nothing slept: its time in Lance's commit path lies within the commit's.
+    assert report.waited_seconds == 0.0
+    assert 0.0 < report.attempts[0]["in_lance_seconds"] < report.elapsed_seconds
+    assert report.own_seconds > 0.0
     data = read(table)
     assert len(data) == 1010
     assert all(data[i] == 7 for i in range(990, 1010)) and data[0] == 0
