@@ -134,12 +134,7 @@ async fn profile(
             Some((judged, us)) => format!(", {judged} judged at the write, {us:.1} us each"),
             None => String::new(),
         };
-        let split = match t.split_us {
-            Some(s) => {
-                format!(" ({:.0} in Lance's commit path, {:.0} our own, {:.0} waiting)", s.in_lance, s.own, s.waited)
-            }
-            None => String::new(),
-        };
+        let split = t.split_us.map(|s| format!(" ({s})")).unwrap_or_default();
         println!(
             "{} {} N={writers}: {:.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} lost puts/commit{at_write}, {:.0} us opening and staging, {:.0} us a commit call{split}",
             workload.name(),

@@ -218,10 +218,7 @@ async fn side_by_side(
 
 fn print_line(name: &str, t: &Throughput) {
     let retries = t.retries_per_commit.map(|r| format!(", {r:.2} retries/commit")).unwrap_or_default();
-    let split = t
-        .split_us
-        .map(|s| format!(" ({:.0} in Lance's commit path, {:.0} our own, {:.0} waiting)", s.in_lance, s.own, s.waited))
-        .unwrap_or_default();
+    let split = t.split_us.map(|s| format!(" ({s})")).unwrap_or_default();
     println!(
         "  {name:<20} {:>8.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us opening and staging, {:.0} us a commit call{split}",
         t.commits_per_s,

@@ -28,7 +28,7 @@ use crate::deletions::DeletionFacts;
 use crate::expect_version::{Built, ExpectVersion, Rejudge, WriteRecord};
 use crate::history::{committed_between_shared, committed_peers};
 use crate::judge::{attach_affected_rows, attach_restore_targets, table_state};
-use crate::retry::RetryPolicy;
+use crate::retry::{Attempts, RetryPolicy};
 use crate::staged_delete::StagedDelete;
 
 /// Property key recording the commit's verdict history (one line per attempt).
@@ -140,9 +140,11 @@ impl CommitReport {
         self.elapsed.saturating_sub(outside)
     }
 
-    /// The report as the commit ends, `started` being when it began.
-    fn ended(mut self, started: Instant) -> Self {
+    /// The report as the commit ends, `started` being when it began and `attempts` its attempts
+    /// (what they slept).
+    fn ended(mut self, started: Instant, attempts: &Attempts) -> Self {
         self.elapsed = started.elapsed();
+        self.waited = attempts.slept();
         self
     }
 }
@@ -394,12 +396,7 @@ impl ActionCommit {
         // After an attempt that saw the head move before it wrote, the next starts at once, as
         // Lance's own loop rebases at once; only a lost manifest write waits (`retry.rs`).
         let mut at_once = false;
-        loop {
-            let next = if at_once { attempts.next_at_once() } else { attempts.next().await };
-            report.waited = attempts.slept();
-            if next.is_none() {
-                break;
-            }
+        while if at_once { attempts.next_at_once() } else { attempts.next().await }.is_some() {
             let started = Instant::now();
             let (latest, listed) = self.head_for_attempt(&fixed, &state).await?;
             state.known = latest.clone();
@@ -407,7 +404,9 @@ impl ActionCommit {
             // An earlier attempt (or an earlier run of this staged transaction) whose answer was lost
             // may have landed: a version carrying our uuid is our commit, never to be written again.
             if let Some(version) = state.log.landed(&fixed.uuid) {
-                return landed_at(&latest, version, report).await.map(|(ds, report)| (ds, report.ended(began)));
+                return landed_at(&latest, version, report)
+                    .await
+                    .map(|(ds, report)| (ds, report.ended(began, &attempts)));
             }
             let mut txn = fixed.ours.clone();
             // Row-level facts matter only against a peer: with none, no vector is merged, and the
@@ -421,7 +420,7 @@ impl ActionCommit {
             if !entry.verdict.is_ok() {
                 let verdict = entry.verdict.clone();
                 report.attempts.push(entry);
-                return Err(refused(verdict, report.ended(began)));
+                return Err(refused(verdict, report.ended(began, &attempts)));
             }
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
@@ -432,7 +431,7 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     // After the put: this writer's time, not the table's (`known`).
                     crate::known::remember_landed(&ds).await;
-                    return Ok((*ds, report.ended(began)));
+                    return Ok((*ds, report.ended(began, &attempts)));
                 }
                 Written::LostRace(lost) => {
                     if lost.put_lost {
@@ -444,7 +443,10 @@ impl ActionCommit {
                 }
             }
         }
-        Err(CommitError::RetriesExhausted { attempts: attempts.made(), report: Box::new(report.ended(began)) })
+        Err(CommitError::RetriesExhausted {
+            attempts: attempts.made(),
+            report: Box::new(report.ended(began, &attempts)),
+        })
     }
 
     /// Everything the attempts share, fixed once: our actions with the caller's rows and restore

@@ -29,6 +29,13 @@ pub struct Split {
     pub waited: f64,
 }
 
+impl std::fmt::Display for Split {
+    /// The split as the benches print it after the commit call's time.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0} in Lance's commit path, {:.0} our own, {:.0} waiting", self.in_lance, self.own, self.waited)
+    }
+}
+
 /// Who commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Way {
