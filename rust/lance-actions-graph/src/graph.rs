@@ -12,13 +12,6 @@ use lance_actions_commit::location::absolute_uri;
 use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
 
-/// How a write or merge re-runs when its branch moves under it: the project's one retry policy,
-/// 16 attempts with full-jitter backoff doubling from 5 ms, so racing writers of one branch spread
-/// out instead of colliding again.
-pub(crate) fn retry_policy() -> RetryPolicy {
-    RetryPolicy::new(16, std::time::Duration::from_millis(5))
-}
-
 /// A graph rooted at a directory.
 #[derive(Debug, Clone)]
 pub struct Graph {
@@ -139,7 +132,7 @@ impl Graph {
     /// current version, landed table by table, then published with one manifest commit.
     pub async fn write(&self, branch: &str, ops: Vec<WriteOp>) -> Result<WriteReport> {
         let plan = self.plan_write(&ops)?;
-        let mut attempts = retry_policy().attempts();
+        let mut attempts = RetryPolicy::default().attempts();
         while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let head = view.head(branch)?.clone();
@@ -279,7 +272,7 @@ impl Graph {
     /// Build a BTree index on `id` in every type's table on `branch`, published as one graph
     /// version (maintenance: keyed writes and merges then take Lance's indexed paths).
     pub async fn index_keys(&self, branch: &str) -> Result<WriteReport> {
-        let mut attempts = retry_policy().attempts();
+        let mut attempts = RetryPolicy::default().attempts();
         while let Some(attempt) = attempts.next().await {
             let head = self.view().await?.head(branch)?.clone();
             let mut tables = head.tables.clone();

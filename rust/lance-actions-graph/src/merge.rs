@@ -15,13 +15,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::conflict::{Conflict, ConflictKind};
 use crate::delta::{SideDelta, side_delta, side_delta_over};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, retry_policy};
+use crate::graph::Graph;
 use crate::manifest::{self, GraphCommit, ManifestView};
 use crate::schema::TypeDef;
 use crate::table::{self, TableWrite};
 use crate::validate::{ChangeSet, TypeChange, validate};
 use crate::value::Row;
 use lance_actions_commit::progress::Progress;
+use lance_actions_commit::retry::RetryPolicy;
 
 /// What to do with a row conflict.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,7 +203,7 @@ impl Graph {
         if source == target {
             return Err(Error::SameBranch { name: source.to_string() });
         }
-        let mut attempts = retry_policy().attempts();
+        let mut attempts = RetryPolicy::default().attempts();
         while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let s_head = view.head(source)?.clone();

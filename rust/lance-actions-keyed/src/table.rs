@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema as ArrowSchema};
@@ -28,24 +27,14 @@ pub const PK_METADATA_KEY: &str = "lance-schema:unenforced-primary-key";
 pub const PK_POSITION_METADATA_KEY: &str = "lance-schema:unenforced-primary-key:position";
 
 /// How hard a write tries before giving up, and how big each staged chunk may be.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
     /// Logical attempts (each re-reads the table, re-validates and re-stages) and the backoff
-    /// between them: the project's one retry policy. Default 8 attempts, a 5 ms first step.
+    /// between them: the project's one retry policy, by default [`RetryPolicy::default`].
     pub retry: RetryPolicy,
     pub chunk: ChunkLimits,
     /// Told after each chunk a write stages or commits ("chunks", done, total).
     pub progress: Progress,
-}
-
-impl Default for WriteOptions {
-    fn default() -> Self {
-        Self {
-            retry: RetryPolicy::new(8, Duration::from_millis(5)),
-            chunk: ChunkLimits::default(),
-            progress: Progress::default(),
-        }
-    }
 }
 
 /// What a write did.

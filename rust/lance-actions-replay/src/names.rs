@@ -19,6 +19,7 @@ use lance_actions::path::ConfigMap;
 use lance_actions::retired::RETIRED_KEY;
 use lance_actions::{ActionTxn, OperationKind, Rule};
 use lance_actions_commit::branch_names::{self, NameCatalog, TOMBSTONE, retirement};
+use lance_actions_commit::retry::RetryPolicy;
 use lance_actions_commit::{CommitError, DatasetActionsExt, hooks};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 use rand::Rng;
@@ -29,8 +30,6 @@ use crate::lineage::{Chain, chain_name, open_chain, open_version};
 
 /// Config key prefix of the name mapping in datasets written before the catalog (read only).
 pub const NAME_PREFIX: &str = branch_names::LEGACY_NAME_PREFIX;
-/// Compare-and-swap rounds on the catalog when other names keep changing meanwhile.
-const CATALOG_ROUNDS: usize = 32;
 
 /// The branches of one dataset, by logical name.
 #[derive(Clone)]
@@ -135,7 +134,10 @@ impl Branches {
     pub(crate) async fn swap(&self, logical: &str, expected: Option<&str>, new: Option<&str>) -> Result<()> {
         let root = self.root().await?;
         let catalog = NameCatalog::of(&root).await?;
-        for _ in 0..CATALOG_ROUNDS {
+        // Another name changing meanwhile fails the compare-and-swap; the project's one retry
+        // policy spaces the rounds.
+        let mut attempts = RetryPolicy::default().attempts();
+        while attempts.next().await.is_some() {
             let names = catalog.read(&root).await?;
             if names.map.get(logical).map(String::as_str) != expected {
                 return Err(Error::NameRace { name: logical.to_string() });
@@ -151,7 +153,7 @@ impl Branches {
         }
         Err(Error::Contention {
             branch: logical.to_string(),
-            attempts: CATALOG_ROUNDS,
+            attempts: attempts.made(),
             last: "the branch name catalog kept changing".into(),
         })
     }
@@ -189,7 +191,8 @@ impl Branches {
 
     /// Retire `physical` for a delete at whatever its head is, re-reading it when writes land.
     async fn retire_for_delete(&self, root: &Dataset, logical: &str, physical: &str) -> Result<()> {
-        for _ in 0..CATALOG_ROUNDS {
+        let mut attempts = RetryPolicy::default().attempts();
+        while attempts.next().await.is_some() {
             let head = open_chain(root, &Some(physical.to_string())).await?.manifest().version;
             match self.retire(root, physical, head, TOMBSTONE).await? {
                 Retirement::Done => return Ok(()),
@@ -199,7 +202,7 @@ impl Branches {
         }
         Err(Error::Contention {
             branch: logical.to_string(),
-            attempts: CATALOG_ROUNDS,
+            attempts: attempts.made(),
             last: "writers kept landing on the branch being deleted".into(),
         })
     }

@@ -13,24 +13,17 @@ use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
 use lance_actions_commit::progress::Progress;
 use lance_actions_commit::retry::RetryPolicy;
-use std::time::Duration;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
     /// Plan and report, write nothing.
     pub dry_run: bool,
     /// Attempts per replayed commit when writers keep landing on the target (and per rewrite when
     /// writers keep landing on the branch being rewritten), with the backoff between them: the
-    /// project's one retry policy. Default 8 attempts, a 5 ms first step.
+    /// project's one retry policy, by default [`RetryPolicy::default`].
     pub retry: RetryPolicy,
     /// Told after each source commit is planned ("commits planned") and replayed ("commits").
     pub progress: Progress,
-}
-
-impl Default for ReplayOptions {
-    fn default() -> Self {
-        Self { dry_run: false, retry: RetryPolicy::new(8, Duration::from_millis(5)), progress: Progress::default() }
-    }
 }
 
 /// What an operation did (or, in a dry run, would do).
