@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use lance::Dataset;
 use lance_actions::actions::add_bases::AddBases;
-use lance_actions::{Action, ActionTxn, AnyAction, Inputs, OperationKind, Peer, RebaseFacts, TableState, Verdict};
+use lance_actions::{Action, ActionTxn, AnyAction, Inputs, OperationKind, Peer, TableState, Verdict};
 use lance_actions::{Reason, Resolution, Rule, resolve};
+use lance_actions_commit::deletions::DeletionFacts;
 use lance_actions_commit::history::actions_of;
 use lance_actions_commit::judge::{deleted_rows, table_state};
 use lance_actions_commit::presence::key_columns;
 use lance_actions_commit::{CommitError, DatasetActionsExt};
-use lance_table::format::{BasePath, Fragment};
+use lance_table::format::BasePath;
 use roaring::RoaringBitmap;
 
 use crate::error::{Error, LanceContext, Refusal, Result};
@@ -84,36 +85,6 @@ pub struct Landed {
     pub adopted: bool,
 }
 
-/// Row facts for judging a replay: deletion vectors read through the chain each file belongs to.
-#[derive(Default)]
-struct ReplayFacts {
-    rows: HashMap<(u64, u64, u64, Option<u32>), RoaringBitmap>,
-}
-
-fn deletion_key(f: &Fragment) -> Option<(u64, u64, u64, Option<u32>)> {
-    f.deletion_file.as_ref().map(|d| (f.id, d.read_version, d.id, d.base_id))
-}
-
-impl RebaseFacts for ReplayFacts {
-    fn deleted_rows(&self, fragment: &Fragment) -> Option<RoaringBitmap> {
-        match deletion_key(fragment) {
-            None => Some(RoaringBitmap::new()),
-            Some(key) => self.rows.get(&key).cloned(),
-        }
-    }
-}
-
-impl ReplayFacts {
-    async fn load(&mut self, dataset: &Arc<Dataset>, fragment: &Fragment) -> Result<()> {
-        if let Some(key) = deletion_key(fragment)
-            && !self.rows.contains_key(&key)
-        {
-            self.rows.insert(key, deleted_rows(dataset, fragment).await?);
-        }
-        Ok(())
-    }
-}
-
 /// What a plan would land, or what an execution landed, and the conflicts that stopped it: the one
 /// result of planning and of executing (an error aside).
 #[derive(Debug, Default, Clone)]
@@ -165,7 +136,9 @@ enum Attempt {
 struct PeerCache {
     /// `None`: the commit is no peer (one of this source's replays, or bookkeeping).
     decoded: HashMap<(Chain, u64), Option<Peer>>,
-    facts: ReplayFacts,
+    /// Deletion vectors by their one identity (`deletions::DeletionKey`), each read through the
+    /// chain its file belongs to.
+    facts: DeletionFacts,
 }
 
 /// Both sides of a replay since their merge base.
@@ -325,7 +298,7 @@ impl Session {
 
     /// The target's own commits since the merge base (what the source never saw), as peers, with
     /// the row facts their deletion vectors need.
-    async fn target_peers(&self) -> Result<(Vec<Peer>, ReplayFacts)> {
+    async fn target_peers(&self) -> Result<(Vec<Peer>, DeletionFacts)> {
         let mut cache = PeerCache::default();
         let peers = self.peers_from(self.target_history().await?, &mut cache).await?;
         Ok((peers, cache.facts))
@@ -350,7 +323,7 @@ impl Session {
 
     /// One target commit as a peer (with the deletion vectors its rebase may compare loaded into
     /// `facts`), or `None` when it is one of this source's replays or bookkeeping.
-    async fn peer_of(&self, c: Commit, facts: &mut ReplayFacts) -> Result<Option<Peer>> {
+    async fn peer_of(&self, c: Commit, facts: &mut DeletionFacts) -> Result<Option<Peer>> {
         let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o) || self.is_pending(o));
         if ours {
             return Ok(None);
@@ -365,9 +338,9 @@ impl Session {
         let at = Arc::new(open_version(&self.root, &c.chain, c.version).await?);
         for a in &txn.actions {
             if let AnyAction::UpdateDeletionVector(u) = a {
-                facts.load(&at, &u.fragment).await?;
+                facts.rows_of(&at, &u.fragment).await?;
                 if let Some(b) = self.base_state.fragment(u.fragment.id) {
-                    facts.load(&self.base_dataset, b).await?;
+                    facts.rows_of(&self.base_dataset, b).await?;
                 }
             }
         }
