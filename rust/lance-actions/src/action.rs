@@ -259,6 +259,15 @@ macro_rules! catalog {
                 match self { $(AnyAction::$name(a) => <$module::$name as crate::life::ActionLife>::describe(a),)* }
             }
         }
+
+        // Every action module's own judging cases, run as one table: a module without its
+        // `case_tests::cases()` does not compile (under test), and every case is named for the
+        // direction and verdict it checks (`cases::check_module`).
+        #[cfg(test)]
+        #[test]
+        fn every_action_module_judges_its_own_cases() {
+            $(crate::actions::cases::check_module(stringify!($name), &$module::case_tests::cases());)*
+        }
     };
 }
 

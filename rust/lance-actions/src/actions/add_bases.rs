@@ -124,7 +124,7 @@ impl ActionLife for AddBases {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
@@ -139,13 +139,16 @@ mod case_tests {
         }
     }
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let add = |name| txn(OperationKind::UpdateBases, vec![base(name).into()]);
-        check(&[
+        vec![
             case("base_after_committed_base_of_other_name_commutes", add("b1"), add("b2"), "ok"),
             case("base_after_committed_base_of_same_name_fails", add("b1"), add("b1"), "fail"),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn rebind_refuses_source_bookkeeping_and_description_lists_paths() {
         assert_eq!(rebound(base("b1")), Err(RebindRefusal::SourceBookkeeping { action: ActionKind::AddBases }));
         assert_eq!(base("b1").describe(), "[\"/b/b1\"]");
     }

@@ -105,8 +105,9 @@ impl AddFragments {
     /// A committed schema change that tightens nullability (relative to our base) of no field but
     /// our declared key fields cannot be falsified by our rows: our exact key set was built from
     /// non-null keys, and our writer built the other columns to the base's nullability. This is a
-    /// key migration's schema step met by a keyed insert replayed from a migrated branch (issue 9,
-    /// item 10). Lance-staged inserts (no exact set) keep the conservative Retry.
+    /// key migration's schema step met by a keyed insert replayed from a migrated branch
+    /// (`design/fencing.md`, "1. Table classes live in the manifest, and the action model enforces
+    /// them"). Lance-staged inserts (no exact set) keep the conservative Retry.
     fn keeps_tightened_fields(&self, cx: &RebaseCx<'_>, cs: &ChangeSchema) -> bool {
         let Some(exact) = self.keys.as_ref().and_then(|k| k.exact.as_ref()) else { return false };
         let tightened: Vec<i32> = cs
@@ -350,7 +351,7 @@ impl ActionLife for AddFragments {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
     use crate::txn::ActionTxn;
@@ -369,14 +370,13 @@ mod case_tests {
         txn(OperationKind::Update, vec![insert(keys)])
     }
 
-    #[test]
-    fn rebase_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let append = || txn(OperationKind::Append, vec![insert(None)]);
         let overwrite = txn(
             OperationKind::Overwrite,
             vec![crate::actions::reset_table::ResetTable { schema: table().schema }.into(), insert(None)],
         );
-        check(&[
+        vec![
             case("append_after_committed_append_commutes", append(), append(), "ok"),
             case(
                 "keyed_insert_after_committed_insert_of_the_same_key_retries",
@@ -393,7 +393,7 @@ mod case_tests {
             case("undeclared_insert_after_committed_keyed_insert_retries", append(), update(Some(&[5])), "retry"),
             case("keyed_insert_after_committed_undeclared_insert_retries", update(Some(&[5])), append(), "retry"),
             case("append_after_committed_overwrite_fails", append(), overwrite, "fail"),
-        ]);
+        ]
     }
 
     #[test]

@@ -301,7 +301,7 @@ impl ActionLife for AddIndex {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
     use crate::txn::ActionTxn;
@@ -316,9 +316,8 @@ mod case_tests {
         txn(OperationKind::CreateIndex, vec![a.into()])
     }
 
-    #[test]
-    fn rebase_cases() {
-        check(&[
+    pub(crate) fn cases() -> Vec<Case> {
+        vec![
             case(
                 "index_after_committed_index_of_other_name_commutes",
                 create(index("v_idx", 1, 2, &[0])),
@@ -331,7 +330,7 @@ mod case_tests {
                 create(index("v_idx", 1, 3, &[0])),
                 "retry",
             ),
-        ]);
+        ]
     }
 
     #[test]

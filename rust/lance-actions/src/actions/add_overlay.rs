@@ -158,12 +158,28 @@ impl ActionLife for AddOverlay {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
+    fn overlay(fragment_id: u64) -> crate::txn::ActionTxn {
+        txn(
+            OperationKind::DataOverlay,
+            vec![AddOverlay { group: DataOverlayGroup { fragment_id, overlays: vec![] } }.into()],
+        )
+    }
+
+    pub(crate) fn cases() -> Vec<Case> {
+        let remove =
+            txn(OperationKind::Delete, vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![1] }.into()]);
+        vec![
+            case("overlay_after_committed_overlay_of_same_fragment_commutes", overlay(1), overlay(1), "ok"),
+            case("overlay_after_committed_removal_of_its_fragment_retries", overlay(1), remove, "retry"),
+        ]
+    }
+
     #[test]
-    fn life_cases() {
+    fn rebind_refuses_an_overlay_and_lowering_needs_its_shell() {
         let overlay = AddOverlay { group: DataOverlayGroup { fragment_id: 1, overlays: vec![] } };
         assert!(matches!(
             rebound(overlay.clone()),

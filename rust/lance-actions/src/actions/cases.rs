@@ -60,6 +60,24 @@ pub fn check(cases: &[Case]) {
     }
 }
 
+/// An action module's own cases ([`crate::action`]'s catalog runs every module's): at least one,
+/// each named `ours_after_committed_theirs_<verdict>` with the verdict word its label expects
+/// (`commutes` for ok, `retries`, `fails`), and each judged as its name says.
+pub fn check_module(action: &str, cases: &[Case]) {
+    assert!(!cases.is_empty(), "{action}: an action module judges at least one case of its own");
+    for c in cases {
+        assert!(c.name.contains("_after_committed_"), "{action}: '{}' names no direction", c.name);
+        let word = match c.expect {
+            "ok" => "_commutes",
+            "retry" => "_retries",
+            "fail" => "_fails",
+            other => panic!("{action}: '{}' expects an unknown verdict '{other}'", c.name),
+        };
+        assert!(c.name.ends_with(word), "{action}: '{}' expects {} but its name ends otherwise", c.name, c.expect);
+    }
+    check(cases);
+}
+
 /// Coordinates of a target branch: fragments up to 3 existed at the fork, source fragment 10 was
 /// replayed as target fragment 20, every source base (and the source root) is target base 7, and
 /// the head is [`table`] with fragment 1 carrying the target's own deletion file.
@@ -136,4 +154,37 @@ pub fn squashed(commits: Vec<Commit>) -> Result<Squashed, SquashRefusal> {
 /// A bitmap of row offsets.
 pub fn rows(offsets: &[u32]) -> RoaringBitmap {
     offsets.iter().copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append() -> ActionTxn {
+        let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
+        txn(OperationKind::Append, vec![add.into()])
+    }
+
+    #[test]
+    fn a_module_case_named_for_its_direction_and_verdict_passes() {
+        check_module("AddFragments", &[case("append_after_committed_append_commutes", append(), append(), "ok")]);
+    }
+
+    #[test]
+    #[should_panic(expected = "judges at least one case")]
+    fn a_module_without_cases_is_refused() {
+        check_module("AddFragments", &[]);
+    }
+
+    #[test]
+    #[should_panic(expected = "names no direction")]
+    fn a_case_without_a_direction_is_refused() {
+        check_module("AddFragments", &[case("two_appends_commute", append(), append(), "ok")]);
+    }
+
+    #[test]
+    #[should_panic(expected = "its name ends otherwise")]
+    fn a_case_named_for_another_verdict_is_refused() {
+        check_module("AddFragments", &[case("append_after_committed_append_retries", append(), append(), "ok")]);
+    }
 }

@@ -37,7 +37,8 @@ impl ChangeSchema {
     /// Is exactly this schema already the head's? A key migration runs on every branch, so a
     /// migrated branch replayed onto its migrated main carries the same key install; it is already
     /// in place, the rows before it were verified by the migration that installed it, and the rows
-    /// after it were written under it (issue 9, item 10).
+    /// after it were written under it (`design/fencing.md`, "1. Table classes live in the
+    /// manifest, and the action model enforces them").
     fn already_installed(&self, head: Option<&TableState>) -> bool {
         head.is_some_and(|h| h.schema == self.schema && h.schema.metadata == self.schema.metadata)
     }
@@ -155,12 +156,11 @@ impl ActionLife for ChangeSchema {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let project = |preserves| {
             txn(
                 OperationKind::Project,
@@ -171,10 +171,14 @@ mod case_tests {
             OperationKind::Append,
             vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
         );
-        check(&[
+        vec![
             case("append_after_committed_nullability_tightening_retries", append.clone(), project(false), "retry"),
             case("append_after_committed_schema_change_preserving_nullability_commutes", append, project(true), "ok"),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn rebind_keeps_a_schema_change_and_squash_refuses_it() {
         let cs = ChangeSchema { schema: table().schema, preserves_nullability: true };
         assert_eq!(rebound(cs.clone()), Ok(cs.clone().into()), "field ids are shared by both branches");
         assert_eq!(cs.describe(), "3 field(s), preserves nullability: true");

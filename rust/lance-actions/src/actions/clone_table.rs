@@ -84,14 +84,30 @@ impl ActionLife for CloneTable {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
+    fn clone() -> CloneTable {
+        CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None }
+    }
+
+    pub(crate) fn cases() -> Vec<Case> {
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let cloned = txn(OperationKind::Clone, vec![clone().into()]);
+        // A clone starts a new table's history: it meets no writer of this one either way.
+        vec![
+            case("append_after_committed_clone_commutes", append.clone(), cloned.clone(), "ok"),
+            case("clone_after_committed_append_commutes", cloned, append, "ok"),
+        ]
+    }
+
     #[test]
-    fn life_cases() {
-        let clone =
-            CloneTable { is_shallow: true, ref_name: None, ref_version: 3, ref_path: "/src".into(), branch_name: None };
+    fn rebind_refuses_a_clone_and_lowering_refuses_two() {
+        let clone = clone();
         assert_eq!(rebound(clone.clone()), Err(RebindRefusal::ReplacesTable { action: ActionKind::CloneTable }));
         assert_eq!(clone.describe(), "from /src v3");
         let err = crate::lower(&txn(OperationKind::Clone, vec![clone.clone().into(), clone.into()])).expect_err("two");

@@ -140,11 +140,33 @@ impl ActionLife for InvalidateIndexCoverage {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::action::NoFacts;
     use crate::actions::cases::*;
     use crate::driver::{Inputs, Peer, resolve};
+
+    pub(crate) fn cases() -> Vec<Case> {
+        let index = |field: i32| {
+            let index =
+                crate::samples::index_on(uuid::Uuid::from_u128(9), "new_idx", field, 1, [1u32].into_iter().collect());
+            txn(OperationKind::CreateIndex, vec![crate::actions::add_index::AddIndex { index }.into()])
+        };
+        let update = txn(
+            OperationKind::Update,
+            vec![
+                crate::actions::update_deletion_vector::UpdateDeletionVector::new(fragment(1), Some(rows(&[0]))).into(),
+                crate::actions::add_fragments::AddFragments { fragments: vec![fragment(4)], keys: None }.into(),
+                InvalidateIndexCoverage::new(vec![1], vec![1]).into(),
+            ],
+        );
+        // The index stops claiming the fragment the update rewrote (as Lance's rebase withdraws it).
+        vec![
+            case("index_after_committed_update_rewriting_its_field_commutes", index(1), update.clone(), "ok"),
+            case("index_after_committed_update_of_another_field_commutes", index(2), update.clone(), "ok"),
+            case("update_after_committed_index_on_the_rewritten_field_commutes", update, index(1), "ok"),
+        ]
+    }
 
     #[test]
     fn rebind_maps_fragments_and_squash_joins_fields_in_first_seen_order() {

@@ -69,7 +69,9 @@ impl Action for MergeColumns {
     }
 
     /// On a keyed table a merge adds columns and nothing else: a fragment it adds would insert
-    /// undeclared keys, and other files for a key column would rewrite keys in place (issue 9, 22).
+    /// undeclared keys, and other files for a key column would rewrite keys in place
+    /// (`design/fencing.md`, "1. Table classes live in the manifest, and the action model
+    /// enforces them").
     fn validate(&self, state: &TableState) -> Result<(), Reason> {
         let key = crate::table_class::fenced_key_fields(&state.config, &state.schema);
         if key.is_empty() {
@@ -157,9 +159,27 @@ impl ActionLife for MergeColumns {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
+
+    pub(crate) fn cases() -> Vec<Case> {
+        let merge =
+            || txn(OperationKind::Merge, vec![MergeColumns { fragments: (0..4).map(fragment).collect() }.into()]);
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(4)], keys: None }.into()],
+        );
+        let reserve = txn(
+            OperationKind::ReserveFragments,
+            vec![crate::actions::reserve_fragment_ids::ReserveFragmentIds { count: 2 }.into()],
+        );
+        vec![
+            case("merge_columns_after_committed_append_retries", merge(), append, "retry"),
+            case("merge_columns_after_committed_merge_columns_retries", merge(), merge(), "retry"),
+            case("merge_columns_after_committed_reservation_commutes", merge(), reserve, "ok"),
+        ]
+    }
 
     #[test]
     fn rebind_restates_exactly_the_targets_fragments() {

@@ -89,8 +89,9 @@ pub(crate) fn keeps_primary_key(
 
 /// On a keyed table no action rewrites key values in place (a column replacement, a column-rewriting
 /// update, an overlay, a merge that swaps a key column's files): the new keys would reach the table
-/// without any key declaration, so no fence could see a duplicate (issue 9, item 22). Keys change
-/// only by deleting and inserting rows, which the key rules judge.
+/// without any key declaration, so no fence could see a duplicate. Keys change only by deleting and
+/// inserting rows, which the key rules judge (`design/fencing.md`, "1. Table classes live in the
+/// manifest, and the action model enforces them").
 pub(crate) fn refuses_key_rewrite(
     ours: crate::ActionKind,
     state: &crate::TableState,

@@ -70,27 +70,31 @@ impl ActionLife for Opaque {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
+    pub(crate) fn cases() -> Vec<Case> {
+        let append = txn(
+            OperationKind::Append,
+            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
+        );
+        let opaque = Opaque { description: "from the future".into() };
+        vec![case(
+            "append_after_committed_opaque_operation_fails",
+            append,
+            txn(OperationKind::Unknown, vec![opaque.into()]),
+            "fail",
+        )]
+    }
+
     #[test]
-    fn life_cases() {
+    fn rebind_refuses_and_lowering_never_commits_an_opaque_operation() {
         let opaque = Opaque { description: "from the future".into() };
         assert_eq!(
             rebound(opaque.clone()),
             Err(RebindRefusal::NotUnderstood { description: "from the future".into() })
         );
-        assert!(crate::lower(&txn(OperationKind::Unknown, vec![opaque.clone().into()])).is_err(), "never committed");
-        let append = txn(
-            OperationKind::Append,
-            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
-        );
-        check(&[case(
-            "append_after_committed_opaque_operation_fails",
-            append,
-            txn(OperationKind::Unknown, vec![opaque.into()]),
-            "fail",
-        )]);
+        assert!(crate::lower(&txn(OperationKind::Unknown, vec![opaque.into()])).is_err(), "never committed");
     }
 }

@@ -114,7 +114,7 @@ impl ActionLife for RemoveFragments {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
     use crate::txn::ActionTxn;
@@ -123,12 +123,11 @@ mod case_tests {
         txn(OperationKind::Delete, vec![RemoveFragments { ids: ids.to_vec() }.into()])
     }
 
-    #[test]
-    fn rebase_cases() {
-        check(&[
+    pub(crate) fn cases() -> Vec<Case> {
+        vec![
             case("remove_after_committed_remove_of_other_fragment_commutes", remove(&[0]), remove(&[1]), "ok"),
             case("remove_after_committed_remove_of_same_fragment_retries", remove(&[0]), remove(&[0]), "retry"),
-        ]);
+        ]
     }
 
     #[test]

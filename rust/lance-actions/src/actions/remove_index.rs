@@ -244,7 +244,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
@@ -254,10 +254,13 @@ mod case_tests {
         RemoveIndex { index: index_on(uuid::Uuid::from_u128(uuid), name, 0, 1, [0u32].into_iter().collect()) }
     }
 
-    #[test]
-    fn drop_after_committed_drop_of_same_index_commutes_and_rebind_keeps_it() {
+    pub(crate) fn cases() -> Vec<Case> {
         let drop = |uuid| txn(OperationKind::CreateIndex, vec![drop_index("id_idx", uuid).into()]);
-        check(&[case("drop_after_committed_drop_of_same_index_commutes", drop(1), drop(1), "ok")]);
+        vec![case("drop_after_committed_drop_of_same_index_commutes", drop(1), drop(1), "ok")]
+    }
+
+    #[test]
+    fn rebind_keeps_a_dropped_index_and_squash_refuses_it() {
         assert_eq!(rebound(drop_index("id_idx", 1)), Ok(drop_index("id_idx", 1).into()));
         assert_eq!(
             squashed(vec![(5, vec![], vec![drop_index("id_idx", 1).into()])]).map(|s| s.new_ids),

@@ -272,7 +272,7 @@ impl ActionLife for ReplaceFragmentColumns {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
@@ -280,13 +280,16 @@ mod case_tests {
         ReplaceFragmentColumns { target: ColumnTarget::File { fragment_id, file: fragment(0).files[0].clone() } }
     }
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let replace = |id| txn(OperationKind::DataReplacement, vec![replacement(id).into()]);
-        check(&[
+        vec![
             case("replacement_after_committed_replacement_of_other_fragment_commutes", replace(0), replace(1), "ok"),
             case("replacement_after_committed_replacement_of_same_fragment_retries", replace(0), replace(0), "retry"),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn rebind_maps_the_fragment_reads_the_file_in_place_and_refuses_unreplayed_ones() {
         let Ok(AnyAction::ReplaceFragmentColumns(r)) = rebound(replacement(10)) else { panic!("replayable") };
         let ColumnTarget::File { fragment_id, file } = r.target else { panic!("still a file replacement") };
         assert_eq!((fragment_id, file.base_id), (20, Some(GRAFTED_BASE)));

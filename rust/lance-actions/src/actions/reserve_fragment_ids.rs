@@ -72,14 +72,17 @@ impl ActionLife for ReserveFragmentIds {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let reserve = || txn(OperationKind::ReserveFragments, vec![ReserveFragmentIds { count: 2 }.into()]);
-        check(&[case("reservation_after_committed_reservation_commutes", reserve(), reserve(), "ok")]);
+        vec![case("reservation_after_committed_reservation_commutes", reserve(), reserve(), "ok")]
+    }
+
+    #[test]
+    fn rebind_refuses_source_bookkeeping_and_description_counts_ids() {
         assert_eq!(
             rebound(ReserveFragmentIds { count: 2 }),
             Err(RebindRefusal::SourceBookkeeping { action: ActionKind::ReserveFragmentIds })

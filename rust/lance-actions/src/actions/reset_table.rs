@@ -95,15 +95,21 @@ impl ActionLife for ResetTable {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
-    #[test]
-    fn life_cases() {
-        let reset = || ResetTable { schema: table().schema };
+    fn reset() -> ResetTable {
+        ResetTable { schema: table().schema }
+    }
+
+    pub(crate) fn cases() -> Vec<Case> {
         let overwrite = || txn(OperationKind::Overwrite, vec![reset().into()]);
-        check(&[case("overwrite_after_committed_overwrite_retries", overwrite(), overwrite(), "retry")]);
+        vec![case("overwrite_after_committed_overwrite_retries", overwrite(), overwrite(), "retry")]
+    }
+
+    #[test]
+    fn rebind_refuses_a_table_reset_and_description_counts_fields() {
         assert_eq!(rebound(reset()), Err(RebindRefusal::ReplacesTable { action: ActionKind::ResetTable }));
         assert_eq!(reset().describe(), "schema of 3 field(s)");
     }

@@ -173,18 +173,21 @@ mod tests {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let append = txn(
             OperationKind::Append,
             vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
         );
         let restore = txn(OperationKind::Restore, vec![Restore::new(1).into()]);
-        check(&[case("append_after_committed_restore_fails", append, restore, "fail")]);
+        vec![case("append_after_committed_restore_fails", append, restore, "fail")]
+    }
+
+    #[test]
+    fn rebind_refuses_a_restore_and_description_names_the_version() {
         assert_eq!(rebound(Restore::new(1)), Err(RebindRefusal::ReplacesTable { action: ActionKind::Restore }));
         assert_eq!(Restore::new(1).describe(), "version 1");
     }

@@ -373,7 +373,7 @@ impl ActionLife for RewriteFragments {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
@@ -389,19 +389,26 @@ mod case_tests {
         }
     }
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let rewrite = |old| txn(OperationKind::Rewrite, vec![compaction(old).into()]);
-        check(&[
+        vec![
             case("compaction_after_committed_compaction_of_other_fragment_commutes", rewrite(0), rewrite(2), "ok"),
             case("compaction_after_committed_compaction_of_same_fragment_retries", rewrite(0), rewrite(0), "retry"),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn rebind_reads_the_targets_fragment_and_refuses_deletions_or_remapped_indices() {
         let Ok(AnyAction::RewriteFragments(r)) = rebound(compaction(1)) else { panic!("replayable") };
-        assert_eq!(r.groups[0].old_fragments[0], Target::default().head.fragments[&1], "the target's own");
+        assert_eq!(
+            r.groups[0].old_fragments[0],
+            *Target::default().head.fragments.get(&1).expect("the sample head holds fragment 1"),
+            "the target's own"
+        );
         assert_eq!(r.groups[0].new_fragments[0].files[0].base_id, Some(GRAFTED_BASE));
         let mut with_deletions = compaction(1);
         with_deletions.groups[0].new_fragments[0].deletion_file =
-            Target::default().head.fragments[&1].deletion_file.clone();
+            Target::default().head.fragments.get(&1).expect("the sample head holds fragment 1").deletion_file.clone();
         assert_eq!(rebound(with_deletions), Err(RebindRefusal::CompactedWithDeletions));
         let mut remapped = compaction(1);
         remapped.frag_reuse_index =

@@ -47,7 +47,8 @@ impl UpdateConfig {
     }
 
     /// Does this update declare the table's class or key? Such a declaration rests on a scan of the
-    /// rows (no duplicate, no null key), so it reads every row (issue 9, item 24).
+    /// rows (no duplicate, no null key), so it reads every row (`design/fencing.md`, "1. Table
+    /// classes live in the manifest, and the action model enforces them").
     fn declares_class(&self) -> bool {
         self.map == ConfigMap::Config
             && !self.update.replace
@@ -145,8 +146,9 @@ impl Action for UpdateConfig {
 
     fn rebase(&mut self, cx: &RebaseCx<'_>, peers: &[PeerAction<'_>]) -> Verdict {
         // A declaration the base or the head already holds rests on rows its declarer verified:
-        // an overwrite restating the class, or a migrated branch replayed onto its migrated main
-        // (issue 9, item 10). Rows committed after the head's declaration were fenced by it.
+        // an overwrite restating the class, or a migrated branch replayed onto its migrated main.
+        // Rows committed after the head's declaration were fenced by it (`design/fencing.md`,
+        // "1. Table classes live in the manifest, and the action model enforces them").
         let rows_verified = !self.declares_class()
             || self.restates(&cx.base.config)
             || cx.head.is_some_and(|head| self.restates(&head.config));
@@ -335,7 +337,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
@@ -351,13 +353,16 @@ mod case_tests {
         }
     }
 
-    #[test]
-    fn life_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let config = |key| txn(OperationKind::UpdateConfig, vec![upsert(key).into()]);
-        check(&[
+        vec![
             case("config_after_committed_config_of_other_key_commutes", config("k1"), config("k2"), "ok"),
             case("config_after_committed_config_of_same_key_fails", config("k1"), config("k1"), "fail"),
-        ]);
+        ]
+    }
+
+    #[test]
+    fn rebind_keeps_a_config_change_and_squash_refuses_it() {
         assert_eq!(rebound(upsert("k1")), Ok(upsert("k1").into()), "keys are shared by both branches");
         assert_eq!(
             squashed(vec![(5, vec![], vec![upsert("k1").into()])]).map(|s| s.new_ids),

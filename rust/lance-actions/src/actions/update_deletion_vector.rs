@@ -420,26 +420,25 @@ mod tests {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::txn::ActionTxn;
 
-    use crate::actions::cases::{self, case, check, fragment, rebound, rows, squashed, txn};
+    use crate::actions::cases::{self, Case, case, fragment, rebound, rows, squashed, txn};
 
     fn delete(id: u64, offsets: &[u32]) -> ActionTxn {
         txn(OperationKind::Delete, vec![UpdateDeletionVector::new(fragment(id), Some(rows(offsets))).into()])
     }
 
-    #[test]
-    fn rebase_cases() {
+    pub(crate) fn cases() -> Vec<Case> {
         let remove =
             txn(OperationKind::Delete, vec![crate::actions::remove_fragments::RemoveFragments { ids: vec![0] }.into()]);
-        check(&[
+        vec![
             case("delete_after_committed_delete_of_other_rows_commutes", delete(0, &[1]), delete(0, &[2]), "ok"),
             case("delete_after_committed_delete_of_same_rows_retries", delete(0, &[1]), delete(0, &[1]), "retry"),
             case("delete_after_committed_delete_in_other_fragment_commutes", delete(0, &[1]), delete(1, &[1]), "ok"),
             case("delete_after_committed_removal_of_its_fragment_retries", delete(0, &[1]), remove, "retry"),
-        ]);
+        ]
     }
 
     #[test]
@@ -449,7 +448,10 @@ mod case_tests {
             panic!("a delete with known rows is replayable")
         };
         assert!(u.merge_with_head, "the target's own deletions are kept");
-        assert_eq!(u.fragment.deletion_file, cases::Target::default().head.fragments[&1].deletion_file);
+        assert_eq!(
+            u.fragment.deletion_file,
+            cases::Target::default().head.fragments.get(&1).expect("the sample head holds fragment 1").deletion_file
+        );
         assert_eq!(u.affected_rows, Some(rows(&[3])));
         assert_eq!(
             rebound(UpdateDeletionVector::new(fragment(1), None)),

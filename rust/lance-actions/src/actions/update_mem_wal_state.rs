@@ -129,21 +129,24 @@ impl ActionLife for UpdateMemWalState {
 }
 
 #[cfg(test)]
-mod case_tests {
+pub(crate) mod case_tests {
     use super::*;
     use crate::actions::cases::*;
 
-    #[test]
-    fn life_cases() {
-        assert!(matches!(
-            rebound(UpdateMemWalState),
-            Err(RebindRefusal::NotTranslatable { action: ActionKind::UpdateMemWalState, .. })
-        ));
+    pub(crate) fn cases() -> Vec<Case> {
         let append = txn(
             OperationKind::Append,
             vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
         );
         let memwal = txn(OperationKind::UpdateMemWalState, vec![UpdateMemWalState.into()]);
-        check(&[case("append_after_committed_memwal_state_update_fails", append, memwal, "fail")]);
+        vec![case("append_after_committed_memwal_state_update_fails", append, memwal, "fail")]
+    }
+
+    #[test]
+    fn rebind_refuses_a_memwal_state_update() {
+        assert!(matches!(
+            rebound(UpdateMemWalState),
+            Err(RebindRefusal::NotTranslatable { action: ActionKind::UpdateMemWalState, .. })
+        ));
     }
 }
