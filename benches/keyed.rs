@@ -433,7 +433,7 @@ fn bench_upserts(root: &Path, quick: bool) {
          rounds' ratios of the children's medians, with its 95% interval (the sign test's; an interval that holds 1.0: \
          the runs do not tell the two ways apart)."
     );
-    println!("OmniGraph's gate: 1M rows <= 50 ms and <= 256 MiB. Our goal (issue 14): <= 1.1x plain Lance.");
+    println!("OmniGraph's gate: 1M rows <= 50 ms and <= 256 MiB. Our goal: <= 1.1x plain Lance.");
     println!();
     println!(
         "| rows | way | median ms | p90 ms | peak RSS MiB | median vs lance | p90 vs lance | round by round [95%] |"
@@ -526,7 +526,7 @@ fn bench_upserts(root: &Path, quick: bool) {
         println!("{gate}");
         println!();
     }
-    println!("Goal (issue 14), ours <= 1.1x Lance's defaults, round by round: {}.", goal_a.join("; "));
+    println!("Goal, ours <= 1.1x Lance's defaults, round by round: {}.", goal_a.join("; "));
     println!();
 }
 

@@ -589,7 +589,7 @@ async fn a_conflicting_merge_exits_3_with_every_conflict_and_leaves_main_alone()
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
-/// The issue's reproduction through the CLI: a branch deletes key 80 and inserts it again;
+/// A cherry-pick that would duplicate a key, through the CLI: a branch deletes key 80 and inserts it again;
 /// cherry-picking only the insert onto main is a `KeysPresent` conflict naming 80, exit 3, and
 /// main holds 80 once.
 #[tokio::test]
@@ -778,8 +778,8 @@ async fn pylance_writers_on_a_keyed_table_show_the_fence_and_its_boundary() {
     assert_eq!(code, Some(0), "our keyed insert commits after pylance's filtered one: {err}");
 }
 
-/// Bad input never half-writes (issue 9): a key named twice is refused before anything is written,
-/// and no table is left behind.
+/// Bad input never half-writes (`design/fencing.md`, "2. Write routing, one action sequence per
+/// chunk"): a key named twice is refused before anything is written, and no table is left behind.
 #[test]
 fn keyed_create_with_a_key_named_twice_fails_and_leaves_no_table() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -821,14 +821,15 @@ async fn keyed_writes_refuse_a_value_that_does_not_fit_its_column_and_name_the_r
     assert_eq!(count_rows(&uri).await, 2);
 }
 
-// ---- issue 9: logical names everywhere, relative URIs ----
+// ---- logical names everywhere, relative URIs ----
+// (`design/replay.md`, "5. Branch names decoupled from directories (`names.rs`, Lance #7185)")
 
 fn run_in(cwd: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let out = bin().current_dir(cwd).args(args).output().expect("run lance-actions");
     (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
-/// The issue's scenario with the names `branch create` gave: keyed writes address the branch by its
+/// The duplicated-key cherry-pick with the names `branch create` gave: keyed writes address the branch by its
 /// logical name; its physical name is refused unless asked for with `--physical`; an unknown name
 /// is named with the known ones; a retired physical branch is refused, naming its successor.
 #[tokio::test]
@@ -1039,9 +1040,10 @@ fn graph_commands_merge_with_conflicts_as_data() {
     assert_eq!(run(&["graph", "export", root, "--type", "Person"]).1, before, "a refused write changed the graph");
 }
 
-/// A graph made with a relative root (issue 9, item 8, for the graph layer): the per-type Lance
-/// branches a graph branch creates must record absolute locations, so the graph reads the same from
-/// any other working directory, by us and by pylance.
+/// A graph made with a relative root (replay's rule for relative URIs, `design/replay.md`, "5. Branch
+/// names decoupled from directories (`names.rs`, Lance #7185)", here for the graph layer): the
+/// per-type Lance branches a graph branch creates must record absolute locations, so the graph reads
+/// the same from any other working directory, by us and by pylance.
 #[test]
 fn a_graph_made_with_a_relative_root_reads_from_anywhere() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1126,7 +1128,7 @@ fn output_piped_into_a_reader_that_stops_early_ends_without_a_panic() {
     }
 }
 
-// ---- issue 15: the CLI as people meet it ----
+// ---- the CLI as people meet it: exit codes, one JSON object on stdout, help, names, inputs ----
 
 /// Parse stdout as exactly one JSON object.
 fn one_json(out: &str) -> serde_json::Value {

@@ -242,7 +242,8 @@ async fn scan_keys(head: &Dataset, key: &[String]) -> Result<(usize, usize, Vec<
 /// Install the key on a branch whose `head` was verified. Both steps read the rows that were
 /// verified (the schema step its nullability claim, the class step every row), so a concurrent
 /// write makes the driver answer Retry; then the branch is read and verified again, and a duplicate
-/// a concurrent insert brought in is refused instead of keyed over (issue 9, item 24).
+/// a concurrent insert brought in is refused instead of keyed over (`design/fencing.md`, "6. Migration
+/// (`lance_actions_keyed::migrate`, `lance-actions keyed migrate <uri> --key id`)").
 async fn install_verified(
     main: &Dataset,
     branch: &str,

@@ -1,5 +1,5 @@
-//! Stable-partition rewrites for the tagged table's samples (issue 13's "Also": the shape the
-//! ported `tagged_rewrite_conflicts` tests use, `tests/upstream/README.md`).
+//! Stable-partition rewrites for the tagged table's samples: the shape the ported
+//! `tagged_rewrite_conflicts` tests use (`tests/upstream/README.md`, "Left open").
 //!
 //! A stable partition moves the rows of its source fragments into several destinations and
 //! records, in a row map file under `_fri/<map id>/`, which destination each source row went to;

@@ -1,5 +1,5 @@
-//! The conformance suite's tables with a fragment-reuse history (issue 13's "Also": shapes the
-//! ported upstream tests exercise and the first sample table cannot hold).
+//! The conformance suite's tables with a fragment-reuse history: shapes the ported upstream tests
+//! exercise and the first sample table cannot hold (`tests/upstream/README.md`, "Left open").
 //!
 //! * A **tagged** table: the sample table (`create_sample`) with reserved fragment ids and a tagged
 //!   fragment-reuse entry, recorded by a deferred compaction of fragment 0 (one ordered-compaction

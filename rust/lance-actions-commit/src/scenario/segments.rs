@@ -1,5 +1,5 @@
-//! The conformance suite's table whose index has two segments under one name (issue 13's "Also":
-//! the shape of model bug 2 in `tests/upstream/README.md`, which the other tables cannot hold).
+//! The conformance suite's table whose index has two segments under one name: the shape of model
+//! bug 2, which the other tables cannot hold (`tests/upstream/README.md`, "Left open").
 //!
 //! The sample table (`create_sample`, `id_idx` over fragments 0..4) gets a fifth fragment (ids
 //! 32..40), then Lance's `optimize_indices` in append mode (`OptimizeOptions::append`, no merge)

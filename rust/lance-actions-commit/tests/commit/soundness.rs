@@ -1,5 +1,6 @@
-//! Holes found in review of the commit loop (issue 9, items 13 and 15-19), each shown on a real
-//! dataset: the data must be right after the commit, not only the verdict.
+//! Holes found in review of the commit loop (the soundness item of `design/commit.md`, "Tested
+//! (`tests/commit/`)"), each shown on a real dataset: the data must be right after the commit, not
+//! only the verdict.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -69,7 +70,7 @@ async fn commit_overlay_on_fragment0(ds: &Arc<Dataset>) -> Arc<Dataset> {
     Arc::new(CommitBuilder::new(ds.clone()).execute(txn).await.expect("overlay commits"))
 }
 
-/// Item 13. A data replacement of fragment 0 staged at the read version, then a committed overlay on
+/// A data replacement of fragment 0 staged at the read version, then a committed overlay on
 /// a column it replaces: the driver commits with the head as its read version, so Lance would
 /// tombstone the overlay's newer values. The driver retries instead; either way the cells read the
 /// overlay's values.
@@ -101,7 +102,7 @@ async fn a_data_replacement_after_a_committed_overlay_keeps_the_overlay_values()
     assert_eq!((now[&0], now[&1], now[&2]), (Some(777), Some(778), Some(20)), "the overlay's values survive");
 }
 
-/// Item 17. A row-moving update that removes the whole of fragment 0, after a committed overlay on
+/// A row-moving update that removes the whole of fragment 0, after a committed overlay on
 /// it: landing would drop the overlay's values (the moved rows were read before it). It retries.
 #[tokio::test]
 async fn a_whole_fragment_removal_by_an_update_after_an_overlay_retries() {
@@ -137,7 +138,7 @@ async fn a_peer_deletes_row_3(ds: &Arc<Dataset>) {
     CommitBuilder::new(ds.clone()).execute(peer.txn).await.expect("peer commits");
 }
 
-/// Item 16. We delete rows {1, 2} of fragment 0 but declare only {1}; a peer deleted row 3 of the
+/// We delete rows {1, 2} of fragment 0 but declare only {1}; a peer deleted row 3 of the
 /// same fragment. The declared rows are checked against the staged deletion file, so the merged
 /// vector holds 1, 2 and 3.
 #[tokio::test]
@@ -336,7 +337,7 @@ impl CommitHandler for LostAnswer {
     }
 }
 
-/// Items 15 and 18. The manifest write lands but its answer is lost: the loop reports
+/// The manifest write lands but its answer is lost: the loop reports
 /// `CommitStatusUnknown` instead of committing again, and re-running the same staged transaction
 /// recognises the landed version by its uuid. Exactly one version carries the uuid. The handler
 /// passed with `with_commit_handler` is the one our compare-and-swap wrapper writes through.
@@ -375,7 +376,7 @@ async fn a_landed_commit_whose_answer_was_lost_never_lands_twice() {
     assert_eq!(total, 33, "row 500 is there once");
 }
 
-/// Item 19. A caller cannot set this project's own properties.
+/// A caller cannot set this project's own properties.
 #[tokio::test]
 async fn reserved_properties_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -396,7 +397,7 @@ async fn reserved_properties_are_refused_and_nothing_is_written() {
     assert_eq!(txn.transaction_properties.expect("props")["app.note"], "fine");
 }
 
-/// Item 19. Replay provenance rides only on a transaction claiming those replay origins, and a
+/// Replay provenance rides only on a transaction claiming those replay origins, and a
 /// history transaction committed again (with its properties) does not carry its provenance over.
 #[tokio::test]
 async fn replay_provenance_cannot_be_spoofed_by_recommitting_history() {
@@ -433,7 +434,7 @@ async fn replay_provenance_cannot_be_spoofed_by_recommitting_history() {
     assert_eq!(decoded.context.shell, OperationKind::Append);
 }
 
-/// Item 20. A foreign writer copies our encoded action list onto another operation: the next commit
+/// A foreign writer copies our encoded action list onto another operation: the next commit
 /// through the driver refuses to read it (`PeerActions`), and writes nothing.
 #[tokio::test]
 async fn an_action_list_copied_onto_another_operation_is_refused() {

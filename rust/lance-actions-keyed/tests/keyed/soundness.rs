@@ -1,6 +1,9 @@
-//! Issue 9, keyed items: key columns are never rewritten in place (22), a restore keeps the class
-//! (23), the migration's class step reads the rows it verified (24), and bad input never
-//! half-writes. Each test runs on a real dataset and checks the rows, not only the verdict.
+//! Keyed soundness: key columns are never rewritten in place and a restore keeps the class
+//! (`design/fencing.md`, "1. Table classes live in the manifest, and the action model enforces
+//! them"), the migration's class step reads the rows it verified ("6. Migration
+//! (`lance_actions_keyed::migrate`, `lance-actions keyed migrate <uri> --key id`)"), and bad input
+//! never half-writes ("2. Write routing, one action sequence per chunk"). Each test runs on a real
+//! dataset and checks the rows, not only the verdict.
 
 use std::sync::Arc;
 

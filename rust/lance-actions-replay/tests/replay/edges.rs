@@ -1,4 +1,5 @@
-//! Graft edge cases (issue 9, item 12) and merging in both directions (item 7).
+//! Graft edge cases (`design/replay.md`, "2. The primitive (`replay.rs`, `remap.rs`, `graft.rs`)")
+//! and merging in both directions ("4. Operations (`ops.rs`)").
 
 use std::sync::Arc;
 

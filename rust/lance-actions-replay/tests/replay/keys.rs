@@ -1,6 +1,7 @@
-//! Key presence on replay (issue 9, item 1) and convergent keyed changes (item 11): a replayed
-//! insert into a keyed table proves each key absent on the target where it lands, or reports the
-//! keys as a `KeysPresent` conflict with nothing written; never a duplicate.
+//! Key presence on replay and convergent keyed changes (`design/replay.md`, "2. The primitive
+//! (`replay.rs`, `remap.rs`, `graft.rs`)", steps 5b and 5c): a replayed insert into a keyed table
+//! proves each key absent on the target where it lands, or reports the keys as a `KeysPresent`
+//! conflict with nothing written; never a duplicate.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ fn assert_unique(rows: &BTreeMap<i64, Vec<String>>) {
     assert!(dups.is_empty(), "duplicated keys: {dups:?}");
 }
 
-/// The issue's scenario: ids 1..=100 on main; a branch deletes 80 (v2) and inserts it again (v3).
+/// A cherry-pick that would duplicate a key: ids 1..=100 on main; a branch deletes 80 (v2) and inserts it again (v3).
 /// Returns the branches, the physical branch and the versions of the delete and the re-insert.
 async fn reinserted_80(uri: &str) -> (Branches, String, u64, u64) {
     let ids: Vec<i64> = (1..=100).collect();
@@ -139,7 +140,7 @@ async fn a_merge_reports_every_conflict_of_a_key_on_both_sides() {
 /// rebase replays the squashed branch, whose new fragment lives under the old physical branch,
 /// reached through the base its clone inherited (no name): grafted onto the fresh clone of main,
 /// which has an unnamed base of its own, that base must get a name (Lance refuses two unnamed
-/// bases; issue 9, item 12).
+/// bases; `design/replay.md`, "2. The primitive (`replay.rs`, `remap.rs`, `graft.rs`)").
 #[tokio::test]
 async fn rebase_and_squash_of_a_reinsert_keep_one_row_per_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -164,7 +165,7 @@ async fn rebase_and_squash_of_a_reinsert_keep_one_row_per_key() {
     assert_eq!(main, feature, "main reads like the rebased branch");
 }
 
-/// Item 11: the same key upserted to the same values on both sides is a convergent change, a
+/// The same key upserted to the same values on both sides is a convergent change, a
 /// no-op (skipped, nothing written); the same key upserted to different values is a conflict.
 #[tokio::test]
 async fn the_same_upsert_on_both_sides_merges_and_a_different_one_conflicts() {

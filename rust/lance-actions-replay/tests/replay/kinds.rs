@@ -115,9 +115,10 @@ async fn every_replayable_kind_merges_and_main_reads_like_the_branch() {
     let txn = main.read_transaction_by_version(replay_of_upsert.target_version).await.expect("read").expect("txn");
     assert!(matches!(txn.operation, Operation::Update { inserted_rows_filter: Some(_), .. }), "{}", txn.operation);
 
-    // Both directions (issue 9, item 7): main merged back into the branch replays none of the
-    // branch's own commits (their replays on main are known to the branch by their origins), and
-    // a commit of main's own of every kind above then goes the other way and reads alike.
+    // Both directions (`design/replay.md`, "4. Operations (`ops.rs`)"): main merged back into the
+    // branch replays none of the branch's own commits (their replays on main are known to the
+    // branch by their origins), and a commit of main's own of every kind above then goes the other
+    // way and reads alike.
     let feature_before = image(&feature).await;
     let back = b.merge("main", "feature", &ReplayOptions::default()).await.expect("main into feature");
     let back_landed = match &back {
@@ -172,7 +173,8 @@ async fn a_key_inserted_on_both_branches_conflicts_and_disjoint_keys_merge() {
     main.insert(vec![rows(&[60])]).await.expect("main inserts");
     let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
     assert!(matches!(out, Outcome::Merged { .. }), "disjoint keys merge: {out:?}");
-    // The same row inserted on both sides converges (issue 9, item 11): skipped, nothing written.
+    // The same row inserted on both sides converges: skipped, nothing written (`design/replay.md`,
+    // "2. The primitive (`replay.rs`, `remap.rs`, `graft.rs`)").
     let fv = feature.insert(vec![rows(&[65])]).await.expect("feature inserts 65").version;
     let mv = main.insert(vec![rows(&[65])]).await.expect("main inserts the same 65").version;
     let out = b.merge("feature", "main", &ReplayOptions::default()).await.expect("merge");

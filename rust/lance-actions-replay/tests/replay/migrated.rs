@@ -1,6 +1,7 @@
 //! A branch that existed before `keyed migrate` was migrated with main; afterwards it merges into
-//! main like any other branch (issue 9, item 10): its copy of the key install is the one main
-//! already has, and its keyed writes are judged by their keys, not refused for the schema step.
+//! main like any other branch (`design/fencing.md`, "1. Table classes live in the manifest, and
+//! the action model enforces them"): its copy of the key install is the one main already has, and
+//! its keyed writes are judged by their keys, not refused for the schema step.
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use futures::TryStreamExt;
@@ -58,7 +59,8 @@ async fn a_branch_migrated_with_main_merges_into_main_and_keys_still_fence() {
     KeyedTable::open(&uri).await.expect("main is still keyed after the merge");
 
     // The key fence still holds across the merged branches (different values: the same row
-    // inserted on both sides would converge, issue 9 item 11).
+    // inserted on both sides would converge, `design/replay.md`, "2. The primitive (`replay.rs`,
+    // `remap.rs`, `graft.rs`)").
     feature.insert(vec![named(&[70], "feature")]).await.expect("feature inserts 70");
     main.refresh().await.expect("refresh");
     main.insert(vec![rows(&[70])]).await.expect("main inserts 70 too");

@@ -123,7 +123,8 @@ async fn a_deleted_name_does_not_come_back_as_an_earlier_incarnation() {
     assert_eq!(ids(&b, "old").await, range(0, 10));
 }
 
-// ---- issue 9: names in a catalog, retirements, delete vs merge, pin before commit ----
+// ---- names in a catalog, retirements, delete vs merge, pin before commit ----
+// (`design/replay.md`, "5. Branch names decoupled from directories (`names.rs`, Lance #7185)")
 
 /// A plain Lance append on a physical branch (addressed by its physical name, as a writer that
 /// resolved the name earlier would).

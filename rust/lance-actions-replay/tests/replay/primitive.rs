@@ -91,8 +91,9 @@ async fn a_replayed_commit_records_provenance_and_a_second_replay_is_a_no_op() {
     assert_eq!(ids(&b, "main").await, range(0, 10).into_iter().chain(range(50, 55)).collect::<Vec<_>>());
 }
 
-/// Convergent deletes are no-ops (issue 9, item 11; OmniGraph's merge truth table): the same row
-/// deleted on both sides merges cleanly, the row is gone once, nothing else changes.
+/// Convergent deletes are no-ops (OmniGraph's merge truth table; `design/replay.md`, "2. The
+/// primitive (`replay.rs`, `remap.rs`, `graft.rs`)"): the same row deleted on both sides merges
+/// cleanly, the row is gone once, nothing else changes.
 #[tokio::test]
 async fn the_same_row_deleted_on_both_sides_merges_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -114,7 +115,7 @@ async fn the_same_row_deleted_on_both_sides_merges_cleanly() {
 
 /// A row deleted on one side and updated (moved out and rewritten) on the other is a real
 /// divergence: a conflict returned as data with nothing written. Every conflicting commit of the
-/// merge is reported (item 6), each with its source version and the target version it meets.
+/// merge is reported, each with its source version and the target version it meets.
 #[tokio::test]
 async fn delete_versus_update_conflicts_and_every_conflict_is_reported() {
     use lance::dataset::UpdateBuilder;
