@@ -131,7 +131,7 @@ enum Attempt {
 
 /// The target's commits already turned into peers, by chain and version: a committed version never
 /// changes, so an attempt decodes (and reads the deletion vectors of) only the commits that landed
-/// since the previous attempt.
+/// since the previous attempt or step (the session keeps one, [`Session::peer_cache`]).
 #[derive(Default)]
 struct PeerCache {
     /// `None`: the commit is no peer (one of this source's replays, or bookkeeping).
@@ -157,6 +157,12 @@ pub struct Session {
     source_known: BTreeSet<String>,
     operation: String,
     target_root: String,
+    /// The target's commits already judged as peers, kept for the whole session: whether a commit
+    /// is one of this source's replays depends only on its origins and the source's history, both
+    /// fixed when the session opens, and a committed version never changes. Each step decodes only
+    /// the commits that landed since the previous one (a merge of K commits onto a target with T
+    /// commits of its own decodes T + K of them, not K x T).
+    peer_cache: PeerCache,
 }
 
 impl Session {
@@ -215,6 +221,7 @@ impl Session {
             source_known,
             operation: operation.to_string(),
             target_root,
+            peer_cache: PeerCache::default(),
         };
         let mut all = Vec::new();
         for c in &source_history {
@@ -324,7 +331,9 @@ impl Session {
     /// One target commit as a peer (with the deletion vectors its rebase may compare loaded into
     /// `facts`), or `None` when it is one of this source's replays or bookkeeping.
     async fn peer_of(&self, c: Commit, facts: &mut DeletionFacts) -> Result<Option<Peer>> {
-        let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o) || self.is_pending(o));
+        // Every pending step stands for commits of the source's history (`between`), so its origins
+        // are known here: whether a commit is ours never changes while the session lasts.
+        let ours = origins(&c.txn).iter().any(|o| self.source_known.contains(o));
         if ours {
             return Ok(None);
         }
@@ -351,10 +360,6 @@ impl Session {
     async fn target_history(&self) -> Result<Vec<Commit>> {
         let lineage = Lineage::of(&self.root, &self.target, None).await?;
         commits(&self.root, &lineage.segments_since(&self.base)).await
-    }
-
-    fn is_pending(&self, origin: &str) -> bool {
-        self.pending.iter().any(|s| s.origins.iter().any(|o| o == origin))
     }
 
     /// Bind one source commit to `head`: the bases it needs and its actions. A refusal is typed.
@@ -504,21 +509,29 @@ impl Session {
     /// is atomic, the sequence is not).
     pub async fn execute(&mut self, retry: &RetryPolicy, progress: &Progress) -> Result<Plan> {
         let mut done = Plan::default();
+        debug_assert!(
+            self.pending.iter().all(|s| s.origins.iter().all(|o| self.source_known.contains(o))),
+            "a pending step stands for commits of the source's history"
+        );
         let pending = std::mem::take(&mut self.pending);
         for (i, step) in pending.iter().enumerate() {
-            // Later steps are still pending for the peer filter: their replays are ours.
-            self.pending = pending[i..].to_vec();
-            match self.execute_step(step, retry).await? {
-                Step::Landed(l) => done.landed.push(l),
-                Step::Converged => done.converged.push(step.version),
-                Step::Conflicted(found) => {
+            // What is left when the run stops early: this step and the ones after it.
+            let stop = |session: &mut Self| session.pending = pending[i..].to_vec();
+            match self.execute_step(step, retry).await {
+                Ok(Step::Landed(l)) => done.landed.push(l),
+                Ok(Step::Converged) => done.converged.push(step.version),
+                Ok(Step::Conflicted(found)) => {
+                    stop(self);
                     done.conflicts = found;
                     return Ok(done);
+                }
+                Err(e) => {
+                    stop(self);
+                    return Err(e);
                 }
             }
             progress.tell("commits", i + 1, pending.len());
         }
-        self.pending.clear();
         Ok(done)
     }
 
@@ -562,11 +575,24 @@ impl Session {
             });
         }
         let source_ds = open_version(&self.root, &step.chain, step.version).await?;
-        let mut cache = PeerCache::default();
+        // Lent to the attempts and given back however they end.
+        let mut cache = std::mem::take(&mut self.peer_cache);
+        let result = self.attempts_at(step, &source_ds, &mut cache, retry).await;
+        self.peer_cache = cache;
+        result
+    }
+
+    async fn attempts_at(
+        &mut self,
+        step: &SourceCommit,
+        source_ds: &Dataset,
+        cache: &mut PeerCache,
+        retry: &RetryPolicy,
+    ) -> Result<Step> {
         let mut last = String::new();
         let mut attempts = retry.attempts();
         while attempts.next().await.is_some() {
-            match self.attempt_step(step, &source_ds, &mut cache).await? {
+            match self.attempt_step(step, source_ds, cache).await? {
                 Attempt::Done(done) => return Ok(done),
                 Attempt::Again(why) => last = why,
             }

@@ -180,3 +180,31 @@ async fn two_concurrent_merges_of_one_branch_land_each_commit_once() {
         assert_eq!(ids(&b, "main").await, expected, "round {round}: every row exactly once");
     }
 }
+
+/// A writer that lands on the target between two replayed commits is judged by the later ones: the
+/// session keeps the peers it has judged across the whole merge and reads only those that landed
+/// since, and a config key the writer set meanwhile is not overwritten by the branch's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writer_landing_between_replayed_commits_is_judged_by_the_later_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = temp_uri(&dir);
+    let b = create(&uri, &range(0, 10)).await;
+    b.create("feature", "main", None).await.expect("branch");
+    append(&b, "main", &range(10, 12)).await;
+    let first = append(&b, "feature", &range(100, 105)).await;
+    let mut feature = open(&b, "feature").await;
+    feature.update_config(vec![("owner", "feature")]).await.expect("config on the branch");
+    // Once the first replay has landed, another writer sets the same key on main.
+    let hb = b.clone();
+    lance_actions_commit::hooks::register("replay:after-commit", b.uri(), move || async move {
+        let mut main = open(&hb, "main").await;
+        main.update_config(vec![("owner", "main")]).await.expect("config on main");
+    });
+    let out = b.merge("feature", "main", &Default::default()).await.expect("merge");
+    let Outcome::Conflicted { conflicts, landed } = &out else { panic!("the config replay conflicts: {out:?}") };
+    assert_eq!(landed.iter().map(|l| l.source_version).collect::<Vec<_>>(), vec![first], "the append landed first");
+    assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+    let main = open(&b, "main").await;
+    assert_eq!(main.manifest().config.get("owner").map(String::as_str), Some("main"), "the writer's value stays");
+    assert_eq!(ids(&b, "main").await, range(0, 12).into_iter().chain(range(100, 105)).collect::<Vec<_>>());
+}
