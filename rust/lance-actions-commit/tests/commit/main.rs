@@ -4,5 +4,6 @@ mod at_write;
 mod basics;
 mod concurrency;
 mod faults;
+mod presence;
 mod soundness;
 mod support;
