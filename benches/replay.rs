@@ -7,7 +7,12 @@
 //!   naive: a scan of the commit's rows on the branch and an `InsertBuilder` append to main;
 //! and counts the bytes each wrote (new files under the dataset, by kind). Medians of 3 trials.
 //!
-//! Run: `cargo bench -p lance-actions-benches --bench replay` (`-- --quick`: 1K and 100K only).
+//! Then a merge of K commits of 10 rows onto a main with K commits of its own (K = 10, 50, 100),
+//! against the plain-Lance way of bringing the rows over: scan the branch's new rows and append
+//! them to main in one commit (which flattens the branch's history).
+//!
+//! Run: `cargo bench -p lance-actions-benches --bench replay` (`-- --quick`: 1K and 100K rows, K =
+//! 10 and 50 only).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -109,23 +114,74 @@ async fn ours(n: i64) -> Trial {
     Trial { ms, data_bytes, all_bytes }
 }
 
+/// The plain-Lance way to bring the branch's rows to main: scan its new rows, append them to main.
+async fn copy_branch_rows(uri: &str) {
+    let root = Dataset::open(uri).await.expect("open");
+    let physical = Branches::new(uri).resolve("feature").await.expect("resolve").expect("branch");
+    let feature = root.checkout_branch(&physical).await.expect("feature");
+    let mut scan = feature.scan();
+    scan.filter(&format!("id >= {}", 1_000_000_000)).expect("filter");
+    let data: Vec<RecordBatch> = scan.try_into_stream().await.expect("scan").try_collect().await.expect("rows");
+    write(Arc::new(root), WriteMode::Append, data).await;
+}
+
 async fn naive(n: i64) -> Trial {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = dir.path().join("t").to_string_lossy().to_string();
     setup(&uri, n).await;
     let before = inventory(dir.path());
     let t = Instant::now();
-    let root = Dataset::open(&uri).await.expect("open");
-    let physical = Branches::new(&uri).resolve("feature").await.expect("resolve").expect("branch");
-    let feature = root.checkout_branch(&physical).await.expect("feature");
-    let mut scan = feature.scan();
-    scan.filter(&format!("id >= {}", 1_000_000_000)).expect("filter");
-    let data: Vec<RecordBatch> = scan.try_into_stream().await.expect("scan").try_collect().await.expect("rows");
-    write(Arc::new(root), WriteMode::Append, data).await;
+    copy_branch_rows(&uri).await;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let (data_bytes, all_bytes) = written(&before, &inventory(dir.path()));
     assert_eq!(Dataset::open(&uri).await.expect("open").count_rows(None).await.expect("count") as i64, BASE_ROWS + n);
     Trial { ms, data_bytes, all_bytes }
+}
+
+/// main with BASE_ROWS rows, then `k` commits of 10 rows on branch `feature` and `k` of 10 rows
+/// on main (so a merge replays `k` commits onto a target with `k` of its own).
+async fn setup_histories(uri: &str, k: i64) {
+    write(uri, WriteMode::Create, batches(0, BASE_ROWS)).await;
+    let b = Branches::new(uri);
+    let physical = b.create("feature", "main", None).await.expect("branch");
+    for i in 0..k {
+        let root = Dataset::open(uri).await.expect("open");
+        let feature = root.checkout_branch(&physical).await.expect("feature");
+        write(Arc::new(feature), WriteMode::Append, vec![rows(1_000_000_000 + 10 * i, 10)]).await;
+        write(Arc::new(root), WriteMode::Append, vec![rows(2_000_000_000 + 10 * i, 10)]).await;
+    }
+}
+
+/// Ours: merge the branch's `k` commits into main, each replayed as a commit of its own.
+async fn ours_merge(k: i64) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_string_lossy().to_string();
+    setup_histories(&uri, k).await;
+    let t = Instant::now();
+    let out = Branches::new(&uri).merge("feature", "main", &ReplayOptions::default()).await.expect("merge");
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(matches!(&out, Outcome::Merged { landed, .. } if landed.len() == k as usize), "{out:?}");
+    assert_eq!(
+        Dataset::open(&uri).await.expect("open").count_rows(None).await.expect("count") as i64,
+        BASE_ROWS + 20 * k
+    );
+    ms
+}
+
+/// Plain Lance: scan the branch's new rows and append them to main in one commit (the history of
+/// `k` commits is flattened into one).
+async fn naive_merge(k: i64) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = dir.path().join("t").to_string_lossy().to_string();
+    setup_histories(&uri, k).await;
+    let t = Instant::now();
+    copy_branch_rows(&uri).await;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(
+        Dataset::open(&uri).await.expect("open").count_rows(None).await.expect("count") as i64,
+        BASE_ROWS + 20 * k
+    );
+    ms
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -151,5 +207,22 @@ async fn main() {
         let last = |v: &[Trial]| (v[v.len() - 1].data_bytes, v[v.len() - 1].all_bytes);
         let ((od, oa), (pd, pa)) = (last(&o), last(&p));
         println!("| {n} | {om:.1} | {pm:.1} | {:.3}x | {od} | {pd} | {oa} | {pa} |", om / pm);
+    }
+    // A merge's cost against the length of both histories: each replayed commit is judged against
+    // the target's own commits, which the run decodes once, not again for every replayed commit.
+    let ks: &[i64] = if quick { &[10, 50] } else { &[10, 50, 100] };
+    println!();
+    println!(
+        "| commits on each side | ours: merge (ms) | ours: ms per replayed commit | naive: scan + append (ms) | ours / naive |"
+    );
+    println!("|---|---|---|---|---|");
+    for &k in ks {
+        let (mut o, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            o.push(ours_merge(k).await);
+            p.push(naive_merge(k).await);
+        }
+        let (om, pm) = (median(o), median(p));
+        println!("| {k} | {om:.1} | {:.2} | {pm:.1} | {:.1}x |", om / k as f64, om / pm);
     }
 }

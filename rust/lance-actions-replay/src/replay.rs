@@ -160,8 +160,9 @@ pub struct Session {
     /// The target's commits already judged as peers, kept for the whole session: whether a commit
     /// is one of this source's replays depends only on its origins and the source's history, both
     /// fixed when the session opens, and a committed version never changes. Each step decodes only
-    /// the commits that landed since the previous one (a merge of K commits onto a target with T
-    /// commits of its own decodes T + K of them, not K x T).
+    /// the commits that landed since the previous one: a run replaying K commits onto a target with
+    /// T commits of its own decodes each of the T + K once, not T for every step (the plan before
+    /// the run reads the T once more, `Session::plan`).
     peer_cache: PeerCache,
 }
 

@@ -266,7 +266,7 @@ macro_rules! catalog {
         #[cfg(test)]
         #[test]
         fn every_action_module_judges_its_own_cases() {
-            $(crate::actions::cases::check_module(stringify!($name), &$module::case_tests::cases());)*
+            $(crate::actions::cases::check_module(ActionKind::$name, &$module::case_tests::cases());)*
         }
     };
 }

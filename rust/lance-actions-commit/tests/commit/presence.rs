@@ -30,9 +30,10 @@ fn hash(id: i64) -> u64 {
     hash_key_bytes(&KeyValue::Int64(id).to_bytes())
 }
 
-/// A table of ids 0..24 in fragments of 4, rows 2 and 7 deleted, then compacted: with stable row
-/// ids on, the rows' ids are no longer their addresses.
-async fn moved_table(uri: &str, stable_row_ids: bool) -> Dataset {
+/// A table of ids 0..24 in fragments of 4 with rows 2 and 7 deleted, then (`compacted`) rewritten
+/// into fragments of 10: with stable row ids on, the rows' ids are then no longer their addresses;
+/// uncompacted, two fragments carry deletion files.
+async fn moved_table(uri: &str, stable_row_ids: bool, compacted: bool) -> Dataset {
     let params = WriteParams {
         max_rows_per_file: 4,
         enable_stable_row_ids: stable_row_ids,
@@ -41,6 +42,10 @@ async fn moved_table(uri: &str, stable_row_ids: bool) -> Dataset {
     };
     let mut ds = InsertBuilder::new(uri).with_params(&params).execute(vec![rows(0..24)]).await.expect("create");
     ds.delete("id = 2 OR id = 7").await.expect("delete");
+    if !compacted {
+        assert_eq!(ds.manifest().fragments.iter().filter(|f| f.deletion_file.is_some()).count(), 2);
+        return ds;
+    }
     let options = CompactionOptions { target_rows_per_fragment: 10, ..Default::default() };
     compact_files(&mut ds, options, None).await.expect("compaction");
     ds
@@ -48,10 +53,10 @@ async fn moved_table(uri: &str, stable_row_ids: bool) -> Dataset {
 
 #[tokio::test]
 async fn the_key_probe_finds_the_rows_and_values_a_full_scan_finds() {
-    for stable_row_ids in [false, true] {
+    for (stable_row_ids, compacted) in [(false, false), (false, true), (true, false), (true, true)] {
         let dir = tempfile::tempdir().expect("tempdir");
         let uri = dir.path().join("t").to_string_lossy().to_string();
-        let ds = moved_table(&uri, stable_row_ids).await;
+        let ds = moved_table(&uri, stable_row_ids, compacted).await;
         let key = vec!["id".to_string()];
         // Present keys, a deleted one, and one never written.
         let wanted: HashSet<u64> = [5, 2, 19, 23, 100].into_iter().map(hash).collect();
@@ -61,11 +66,12 @@ async fn the_key_probe_finds_the_rows_and_values_a_full_scan_finds() {
         probed.sort_by_key(|r| (r.fragment, r.offset));
         scanned.sort_by_key(|r| (r.fragment, r.offset));
         let keys: Vec<&str> = probed.iter().map(|r| r.key.as_str()).collect();
-        assert_eq!(keys, vec!["5", "19", "23"], "stable row ids {stable_row_ids}: the live rows holding those keys");
+        let case = format!("stable row ids {stable_row_ids}, compacted {compacted}");
+        assert_eq!(keys, vec!["5", "19", "23"], "{case}: the live rows holding those keys");
         assert_eq!(probed.len(), scanned.len());
         for (p, s) in probed.iter().zip(&scanned) {
             assert_eq!((p.hash, &p.key, p.fragment, p.offset), (s.hash, &s.key, s.fragment, s.offset));
-            assert!(p.same_values(s), "stable row ids {stable_row_ids}: key {} holds the scan's values", p.key);
+            assert!(p.same_values(s), "{case}: key {} holds the scan's values", p.key);
             let payload = p.values.column_by_name("payload").expect("payload");
             let payload = payload.as_any().downcast_ref::<StringArray>().expect("utf8");
             assert_eq!(payload.value(0), format!("payload-{}", p.key));

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use lance_table::format::{DataFile, Fragment, IndexMetadata};
 use roaring::RoaringBitmap;
 
-use crate::action::{AnyAction, NoFacts};
+use crate::action::{Action, ActionKind, AnyAction, NoFacts};
 use crate::context::OperationKind;
 use crate::driver::{Inputs, Peer, resolve};
 use crate::life::ActionLife;
@@ -61,19 +61,22 @@ pub fn check(cases: &[Case]) {
 }
 
 /// An action module's own cases ([`crate::action`]'s catalog runs every module's): at least one,
-/// each named `ours_after_committed_theirs_<verdict>` with the verdict word its label expects
-/// (`commutes` for ok, `retries`, `fails`), and each judged as its name says.
-pub fn check_module(action: &str, cases: &[Case]) {
-    assert!(!cases.is_empty(), "{action}: an action module judges at least one case of its own");
+/// each with the module's action on one side or both, each named `ours_after_committed_theirs_<verdict>`
+/// with the verdict word its label expects (`commutes` for ok, `retries`, `fails`), and each judged
+/// as its name says.
+pub fn check_module(action: ActionKind, cases: &[Case]) {
+    assert!(!cases.is_empty(), "{action:?}: an action module judges at least one case of its own");
+    let holds = |t: &ActionTxn| t.actions.iter().any(|a| a.kind() == action);
     for c in cases {
-        assert!(c.name.contains("_after_committed_"), "{action}: '{}' names no direction", c.name);
+        assert!(holds(&c.ours) || holds(&c.theirs), "{action:?}: '{}' judges another action", c.name);
+        assert!(c.name.contains("_after_committed_"), "{action:?}: '{}' names no direction", c.name);
         let word = match c.expect {
             "ok" => "_commutes",
             "retry" => "_retries",
             "fail" => "_fails",
-            other => panic!("{action}: '{}' expects an unknown verdict '{other}'", c.name),
+            other => panic!("{action:?}: '{}' expects an unknown verdict '{other}'", c.name),
         };
-        assert!(c.name.ends_with(word), "{action}: '{}' expects {} but its name ends otherwise", c.name, c.expect);
+        assert!(c.name.ends_with(word), "{action:?}: '{}' expects {} but its name ends otherwise", c.name, c.expect);
     }
     check(cases);
 }
@@ -167,24 +170,36 @@ mod tests {
 
     #[test]
     fn a_module_case_named_for_its_direction_and_verdict_passes() {
-        check_module("AddFragments", &[case("append_after_committed_append_commutes", append(), append(), "ok")]);
+        check_module(
+            ActionKind::AddFragments,
+            &[case("append_after_committed_append_commutes", append(), append(), "ok")],
+        );
     }
 
     #[test]
     #[should_panic(expected = "judges at least one case")]
     fn a_module_without_cases_is_refused() {
-        check_module("AddFragments", &[]);
+        check_module(ActionKind::AddFragments, &[]);
     }
 
     #[test]
     #[should_panic(expected = "names no direction")]
     fn a_case_without_a_direction_is_refused() {
-        check_module("AddFragments", &[case("two_appends_commute", append(), append(), "ok")]);
+        check_module(ActionKind::AddFragments, &[case("two_appends_commute", append(), append(), "ok")]);
+    }
+
+    #[test]
+    #[should_panic(expected = "judges another action")]
+    fn a_case_of_another_action_is_refused() {
+        check_module(ActionKind::Restore, &[case("append_after_committed_append_commutes", append(), append(), "ok")]);
     }
 
     #[test]
     #[should_panic(expected = "its name ends otherwise")]
     fn a_case_named_for_another_verdict_is_refused() {
-        check_module("AddFragments", &[case("append_after_committed_append_retries", append(), append(), "ok")]);
+        check_module(
+            ActionKind::AddFragments,
+            &[case("append_after_committed_append_retries", append(), append(), "ok")],
+        );
     }
 }
