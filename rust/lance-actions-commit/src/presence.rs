@@ -32,6 +32,11 @@ pub struct KeyRow {
 }
 
 impl KeyRow {
+    /// The row at Lance row address `address` (fragment id in the high 32 bits, offset in the low).
+    fn at(hash: u64, key: String, address: u64, values: RecordBatch) -> Self {
+        KeyRow { hash, key, fragment: address >> 32, offset: address as u32, values }
+    }
+
     /// Do two rows hold the same value in every user column (by Arrow logical equality)?
     pub fn same_values(&self, other: &KeyRow) -> bool {
         let (a, b) = (&self.values, &other.values);
@@ -124,13 +129,7 @@ fn rows_taken(matched: Vec<Matched>, taken: &RecordBatch, key: &[String]) -> Res
         if read != Some(m.hash) {
             return Err(misread(format!("the row read for key {} holds another key", m.key)));
         }
-        out.push(KeyRow {
-            hash: m.hash,
-            key: m.key,
-            fragment: m.address >> 32,
-            offset: m.address as u32,
-            values: user.slice(row, 1),
-        });
+        out.push(KeyRow::at(m.hash, m.key, m.address, user.slice(row, 1)));
     }
     Ok(out)
 }
@@ -173,14 +172,8 @@ fn collect_rows(batch: &RecordBatch, key: &[String], out: &mut Vec<KeyRow>) -> R
     let user = user_columns(batch);
     for row in 0..batch.num_rows() {
         let Some(value) = extract_key_value_from_batch(batch, row, key) else { continue };
-        let address = addresses.value(row);
-        out.push(KeyRow {
-            hash: hash_key_bytes(&value.to_bytes()),
-            key: display_key(&value),
-            fragment: address >> 32,
-            offset: address as u32,
-            values: user.slice(row, 1),
-        });
+        let hash = hash_key_bytes(&value.to_bytes());
+        out.push(KeyRow::at(hash, display_key(&value), addresses.value(row), user.slice(row, 1)));
     }
     Ok(())
 }

@@ -46,6 +46,12 @@ pub fn txn(shell: OperationKind, actions: Vec<AnyAction>) -> ActionTxn {
     ActionTxn::new(shell, actions)
 }
 
+/// A plain append of one fragment: the writer most cases judge an action against.
+pub fn append() -> ActionTxn {
+    let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
+    txn(OperationKind::Append, vec![add.into()])
+}
+
 /// The verdict label of `ours` after `theirs` committed on [`table`] (validated at the head).
 pub fn verdict(ours: &ActionTxn, theirs: &ActionTxn) -> &'static str {
     let base = table();
@@ -162,11 +168,6 @@ pub fn rows(offsets: &[u32]) -> RoaringBitmap {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn append() -> ActionTxn {
-        let add = crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None };
-        txn(OperationKind::Append, vec![add.into()])
-    }
 
     #[test]
     fn a_module_case_named_for_its_direction_and_verdict_passes() {

@@ -167,13 +167,9 @@ pub(crate) mod case_tests {
                 vec![ChangeSchema { schema: table().schema, preserves_nullability: preserves }.into()],
             )
         };
-        let append = txn(
-            OperationKind::Append,
-            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
-        );
         vec![
-            case("append_after_committed_nullability_tightening_retries", append.clone(), project(false), "retry"),
-            case("append_after_committed_schema_change_preserving_nullability_commutes", append, project(true), "ok"),
+            case("append_after_committed_nullability_tightening_retries", append(), project(false), "retry"),
+            case("append_after_committed_schema_change_preserving_nullability_commutes", append(), project(true), "ok"),
         ]
     }
 

@@ -75,14 +75,10 @@ pub(crate) mod case_tests {
     use crate::actions::cases::*;
 
     pub(crate) fn cases() -> Vec<Case> {
-        let append = txn(
-            OperationKind::Append,
-            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
-        );
         let opaque = Opaque { description: "from the future".into() };
         vec![case(
             "append_after_committed_opaque_operation_fails",
-            append,
+            append(),
             txn(OperationKind::Unknown, vec![opaque.into()]),
             "fail",
         )]

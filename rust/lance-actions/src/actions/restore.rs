@@ -178,12 +178,8 @@ pub(crate) mod case_tests {
     use crate::actions::cases::*;
 
     pub(crate) fn cases() -> Vec<Case> {
-        let append = txn(
-            OperationKind::Append,
-            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
-        );
         let restore = txn(OperationKind::Restore, vec![Restore::new(1).into()]);
-        vec![case("append_after_committed_restore_fails", append, restore, "fail")]
+        vec![case("append_after_committed_restore_fails", append(), restore, "fail")]
     }
 
     #[test]

@@ -134,12 +134,8 @@ pub(crate) mod case_tests {
     use crate::actions::cases::*;
 
     pub(crate) fn cases() -> Vec<Case> {
-        let append = txn(
-            OperationKind::Append,
-            vec![crate::actions::add_fragments::AddFragments { fragments: vec![fragment(0)], keys: None }.into()],
-        );
         let memwal = txn(OperationKind::UpdateMemWalState, vec![UpdateMemWalState.into()]);
-        vec![case("append_after_committed_memwal_state_update_fails", append, memwal, "fail")]
+        vec![case("append_after_committed_memwal_state_update_fails", append(), memwal, "fail")]
     }
 
     #[test]
