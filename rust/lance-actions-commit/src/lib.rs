@@ -14,6 +14,7 @@ pub mod error;
 pub mod expect_version;
 mod handler_around;
 pub mod history;
+pub mod interference;
 pub mod hooks;
 pub mod json;
 pub mod judge;
@@ -30,7 +31,8 @@ pub mod storage;
 
 pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};
 pub use error::{Error, Result};
+pub use interference::Interference;
 pub use judge::{Judgement, judge, judge_against};
 pub use oracle::LanceVerdict;
-pub use retry::{Attempts, RetryPolicy};
+pub use retry::{Attempts, Exhausted, RetryPolicy};
 pub use staged_delete::{StagedDelete, stage_delete};

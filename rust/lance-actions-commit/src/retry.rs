@@ -103,6 +103,13 @@ fn jittered(step: Duration) -> Duration {
     step.mul_f64(rand::rng().random_range(0.0..1.0))
 }
 
+/// A bounded loop reached its bound: the attempts it made and why the last one must be run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhausted<W> {
+    pub attempts: usize,
+    pub last: W,
+}
+
 /// The attempts of one bounded loop: [`Attempts::next`] waits as the policy says and yields the
 /// attempt number (1-based), or `None` when the bound is reached.
 #[derive(Debug, Clone)]
@@ -116,6 +123,24 @@ pub struct Attempts {
 }
 
 impl Attempts {
+    /// Start the first attempt, at once: a policy makes at least one. For a loop that carries the
+    /// last attempt's reason to its error, which then exists whenever the bound is reached:
+    /// `attempts.first(); loop { .. attempts.next_or(last).await?; }` ([`Attempts::next_or`]).
+    pub fn first(&mut self) -> usize {
+        debug_assert_eq!(self.made, 0, "the first attempt is started once, before any other");
+        self.made = self.made.max(1);
+        self.made
+    }
+
+    /// Start the next attempt after one that must be run again for `last`; at the bound, give back
+    /// `last` with the count of attempts made, for the loop's contention error.
+    pub async fn next_or<W>(&mut self, last: W) -> Result<usize, Exhausted<W>> {
+        match self.next().await {
+            Some(attempt) => Ok(attempt),
+            None => Err(Exhausted { attempts: self.made, last }),
+        }
+    }
+
     /// Start the next attempt: sleeps before every attempt but the first.
     pub async fn next(&mut self) -> Option<usize> {
         if self.made >= self.policy.max_attempts {
@@ -228,6 +253,19 @@ mod tests {
         let mut one = RetryPolicy::new(0, Duration::ZERO).attempts();
         assert_eq!(one.next().await, Some(1));
         assert_eq!(one.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn the_first_attempt_starts_at_once_and_a_one_attempt_policy_then_stops() {
+        let mut one = RetryPolicy::new(1, Duration::from_secs(10)).attempts();
+        assert_eq!(one.first(), 1);
+        assert_eq!(one.next().await, None, "the bound counts the first attempt");
+        let mut three = RetryPolicy::new(3, Duration::ZERO).attempts();
+        assert_eq!(three.first(), 1);
+        assert_eq!(three.next_or("first").await, Ok(2));
+        assert_eq!(three.next_or("second").await, Ok(3));
+        assert_eq!(three.next_or("third").await, Err(Exhausted { attempts: 3, last: "third" }));
+        assert_eq!(three.made(), 3);
     }
 
     #[tokio::test]

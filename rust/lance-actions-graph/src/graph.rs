@@ -251,7 +251,7 @@ impl Graph {
                 Landed::At(r) => {
                     tables.insert(name.clone(), r);
                 }
-                Landed::Interfered(_) => return Ok(None),
+                Landed::Interfered => return Ok(None),
             }
         }
         progress.tell("tables written", total, total);
@@ -282,7 +282,7 @@ impl Graph {
                     Landed::At(r) => {
                         tables.insert(t.name.clone(), r);
                     }
-                    Landed::Interfered(_) => {
+                    Landed::Interfered => {
                         interfered = true;
                         break;
                     }

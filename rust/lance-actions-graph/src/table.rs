@@ -137,8 +137,10 @@ impl TableWrite {
 /// Why a table write did not land cleanly.
 pub enum Landed {
     At(TableRef),
-    /// Another writer's commit sits between the recorded version and ours: discard, re-run.
-    Interfered(String),
+    /// Another writer's commit sits between the recorded version and ours (a concurrent insert of
+    /// one of the keys, a keyed write that ran out of attempts, a version in between): discard the
+    /// write and run it again on a fresh read of the graph.
+    Interfered,
 }
 
 /// Land `w` on the table of `t` for graph branch `owner`, starting from exactly `r`.
@@ -154,7 +156,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 Ok(o) => record(o),
                 // Our own check against the recorded version found none of these ids: a key
                 // conflict here is an unpublished write of someone else on this Lance branch.
-                Err(KeyedError::KeyConflict { .. }) => return Ok(Landed::Interfered("a concurrent insert".into())),
+                Err(KeyedError::KeyConflict { .. }) => return Ok(Landed::Interfered),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -162,7 +164,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     match &w.located {
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
-            Err(KeyedError::Contention { last, .. }) => return Ok(Landed::Interfered(last)),
+            Err(KeyedError::Contention { .. }) => return Ok(Landed::Interfered),
             Err(e) => return Err(e.into()),
         },
         None => {
@@ -176,7 +178,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     }
     let consecutive = versions.iter().enumerate().all(|(i, v)| *v == start + 1 + i as u64);
     if !consecutive {
-        return Ok(Landed::Interfered(format!("{} moved under this write", t.key())));
+        return Ok(Landed::Interfered);
     }
     let version = versions.last().copied().unwrap_or(start);
     Ok(Landed::At(TableRef { branch, version, owner: owner.to_string() }))
@@ -262,9 +264,9 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
         Ok((_, report)) if report.version == r.version + 1 => {
             Ok(Landed::At(TableRef { branch, version: report.version, owner: owner.to_string() }))
         }
-        Ok(_) => Ok(Landed::Interfered(format!("{} moved under the index build", t.key()))),
+        Ok(_) => Ok(Landed::Interfered),
         Err(lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. }) => {
-            Ok(Landed::Interfered(format!("{} moved under the index build", t.key())))
+            Ok(Landed::Interfered)
         }
         Err(source) => Err(Error::Commit { source }),
     }

@@ -1,7 +1,7 @@
 //! Typed errors of the keyed layer. Every one says what to do next; none leaves anything written,
 //! except [`Error::PartlyWritten`], which says exactly what did land.
 
-use lance_actions_commit::CommitError;
+use lance_actions_commit::{CommitError, Exhausted, Interference};
 use snafu::Snafu;
 
 /// Why a key conflicted. All causes are the same external `KeyConflict` (`design/fencing.md` §2): a strict
@@ -127,7 +127,7 @@ pub enum Error {
     #[snafu(display(
         "gave up after {attempts} attempts: concurrent writers kept changing the table ({last}); retry later"
     ))]
-    Contention { attempts: usize, last: String },
+    Contention { attempts: usize, last: Interference },
 
     /// A strict insert's rows were staged for a version whose columns the table no longer has
     /// exactly: a commit since changed a column (added, dropped, retyped, made non-nullable) or the
@@ -201,6 +201,12 @@ impl Error {
 impl From<lance_actions_commit::Error> for Error {
     fn from(source: lance_actions_commit::Error) -> Self {
         Error::Layer { source }
+    }
+}
+
+impl From<Exhausted<Interference>> for Error {
+    fn from(Exhausted { attempts, last }: Exhausted<Interference>) -> Self {
+        Error::Contention { attempts, last }
     }
 }
 

@@ -27,7 +27,7 @@ use lance_actions::table_class::{
 };
 use lance_actions::{ActionTxn, OperationKind};
 use lance_actions_commit::progress::Progress;
-use lance_actions_commit::{CommitError, DatasetActionsExt, crash};
+use lance_actions_commit::{CommitError, DatasetActionsExt, Interference, crash};
 use lance_core::datatypes::Schema;
 use lance_table::format::key_existence::{KeyValue, extract_key_value_from_batch};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
@@ -251,19 +251,18 @@ async fn install_verified(
     mut head: Arc<Dataset>,
     mut rows: usize,
 ) -> Result<(BranchStep, usize)> {
-    let mut last = String::new();
     let mut attempts = WriteOptions::default().retry.attempts();
-    while let Some(attempt) = attempts.next().await {
-        if attempt > 1 {
-            head = open_branch(main, branch).await?;
-            rows = verify_branch(&head, branch, key).await?;
-        }
+    attempts.first();
+    loop {
         match install(head.clone(), key).await {
-            Err(Error::Commit { source: CommitError::Retry { reason, .. } }) => last = reason.to_string(),
+            Err(Error::Commit { source: CommitError::Retry { reason, .. } }) => {
+                attempts.next_or(Interference::WriterLanded { reason: Box::new(reason) }).await?;
+                head = open_branch(main, branch).await?;
+                rows = verify_branch(&head, branch, key).await?;
+            }
             other => return other.map(|step| (step, rows)),
         }
     }
-    Err(Error::Contention { attempts: attempts.made(), last })
 }
 
 /// Install the key and the class on one branch head, skipping what is already there.

@@ -364,9 +364,9 @@ impl KeylessTable {
     pub async fn append(&mut self, batches: Vec<RecordBatch>) -> Result<WriteOutcome> {
         let options = WriteOptions::default();
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let mut last = String::new();
         let mut attempts = options.retry.attempts();
-        while let Some(attempt) = attempts.next().await {
+        let mut attempt = attempts.first();
+        loop {
             let mut latest = (*self.dataset).clone();
             latest.checkout_latest().await.lance("reading the latest version")?;
             let latest = Arc::new(latest);
@@ -383,9 +383,8 @@ impl KeylessTable {
                         ..Default::default()
                     });
                 }
-                Attempt::Again(why) => last = why,
+                Attempt::Again(why) => attempt = attempts.next_or(why).await?,
             }
         }
-        Err(Error::Contention { attempts: attempts.made(), last })
     }
 }

@@ -19,8 +19,8 @@ use lance::Dataset;
 use lance::dataset::{WhenMatched, WhenNotMatched};
 use lance_actions::actions::add_fragments::AddFragments;
 use lance_actions::keys::InsertedKeys;
-use lance_actions::{ActionTxn, AnyAction, OperationKind, Rule, lift};
-use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt};
+use lance_actions::{ActionTxn, AnyAction, OperationKind, lift};
+use lance_actions_commit::{CommitError, CommitReport, DatasetActionsExt, Interference};
 use lance_core::datatypes::{NullabilityComparison, SchemaCompareOptions};
 use lance_table::format::key_existence::{FilterType, KeyExistenceFilter, KeyValue};
 use lance_table::format::{DataStorageFormat, Fragment};
@@ -90,22 +90,18 @@ impl StagedRows {
 /// What one logical attempt came to.
 pub(crate) enum Attempt {
     Landed(Box<(Dataset, CommitReport)>),
-    /// Re-read and run the whole attempt again; the string says why.
-    Again(String),
+    /// Re-read and run the whole attempt again, for this reason.
+    Again(Interference),
 }
 
 /// Sort a commit's outcome into landed, run-again, or a typed error.
 pub(crate) fn judge(commit: Result<(Dataset, CommitReport), CommitError>) -> Result<Attempt> {
     match commit {
         Ok(landed) => Ok(Attempt::Landed(Box::new(landed))),
-        Err(CommitError::Retry { reason, .. }) => {
-            let key_race = matches!(reason.rule, Rule::KeysIntersect | Rule::KeysUnverifiable);
-            Ok(Attempt::Again(format!("{}{reason}", if key_race { "key race: " } else { "" })))
-        }
-        Err(CommitError::RetriesExhausted { attempts, .. }) => {
-            Ok(Attempt::Again(format!("{attempts} commit attempts lost to other writers")))
-        }
-        Err(source) => Err(Error::Commit { source }),
+        Err(source) => match Interference::of(&source) {
+            Some(why) => Ok(Attempt::Again(why)),
+            None => Err(Error::Commit { source }),
+        },
     }
 }
 
@@ -146,9 +142,9 @@ impl KeyedTable {
     async fn insert_attempts(&mut self, keys: &RowKeys, rows: &mut NewRows) -> Result<WriteOutcome> {
         let inserted = keys.declared()?;
         let mut outcome = WriteOutcome { inserted: keys.len() as u64, ..Default::default() };
-        let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
+        attempts.first();
+        loop {
             self.refresh().await?;
             outcome.attempts += 1;
             self.refuse_present(keys, ConflictCause::AlreadyPresent).await?;
@@ -164,11 +160,10 @@ impl KeyedTable {
                     // A concurrent insert of one of our keys is a conflict, not a reason to retry.
                     self.refresh().await?;
                     self.refuse_present(keys, ConflictCause::InsertedConcurrently).await?;
-                    last = why;
+                    attempts.next_or(why).await?;
                 }
             }
         }
-        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     /// The fragments one attempt commits. Rows given as batches are staged by the first attempt in
@@ -231,9 +226,9 @@ impl KeyedTable {
         let batches = conform(&batches, &self.arrow_schema)?;
         let rows = self.unique_keys(&batches)?.keys.len() as u64;
         let mut outcome = WriteOutcome { inserted: rows, ..Default::default() };
-        let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while attempts.next().await.is_some() {
+        attempts.first();
+        loop {
             self.refresh().await?;
             outcome.attempts += 1;
             let mut txn = stage::overwrite(&self.dataset, batches.clone()).await?;
@@ -243,10 +238,9 @@ impl KeyedTable {
             }
             match judge(self.dataset.action_commit().execute(txn).await)? {
                 Attempt::Landed(landed) => return Ok(self.landed(*landed, outcome)),
-                Attempt::Again(why) => last = why,
-            }
+                Attempt::Again(why) => attempts.next_or(why).await?,
+            };
         }
-        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     async fn merge(&mut self, batches: Vec<RecordBatch>, kind: Merge) -> Result<WriteOutcome> {
@@ -277,9 +271,9 @@ impl KeyedTable {
             Merge::Upsert => keys.as_slice(),
             Merge::UpdatePresent => &[],
         })?;
-        let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while let Some(attempt) = attempts.next().await {
+        let mut attempt = attempts.first();
+        loop {
             refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let (matched, not_matched) = kind.behaviour();
@@ -304,16 +298,15 @@ impl KeyedTable {
                     self.record(*landed, outcome);
                     return Ok(());
                 }
-                Attempt::Again(why) => last = why,
+                Attempt::Again(why) => attempt = attempts.next_or(why).await?,
             }
         }
-        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     async fn delete_chunk(&mut self, predicate: &str, outcome: &mut WriteOutcome) -> Result<()> {
-        let mut last = String::new();
         let mut attempts = self.options.retry.attempts();
-        while let Some(attempt) = attempts.next().await {
+        let mut attempt = attempts.first();
+        loop {
             refresh_after_first(self, attempt).await?;
             outcome.attempts += 1;
             let staged = stage::delete_where(&self.dataset, predicate).await?;
@@ -327,10 +320,9 @@ impl KeyedTable {
                     self.record(*landed, outcome);
                     return Ok(());
                 }
-                Attempt::Again(why) => last = why,
+                Attempt::Again(why) => attempt = attempts.next_or(why).await?,
             }
         }
-        Err(Error::Contention { attempts: attempts.made(), last })
     }
 
     /// Attach what the merge declares it may insert. Our exact set holds every key the merge may

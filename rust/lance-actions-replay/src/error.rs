@@ -52,7 +52,7 @@ pub enum Error {
     Main { what: String },
 
     #[snafu(display("gave up after {attempts} attempts: concurrent writers kept changing '{branch}' ({last})"))]
-    Contention { branch: String, attempts: usize, last: String },
+    Contention { branch: String, attempts: usize, last: Interference },
 
     #[snafu(display("{source}"))]
     Commit { source: CommitError },
@@ -63,8 +63,9 @@ pub enum Error {
     #[snafu(display("{source}"))]
     Layer { source: lance_actions_commit::Error },
 
-    #[snafu(display("{message}"))]
-    Names { message: String },
+    /// The branch-name catalog could not be read or written.
+    #[snafu(display("{source}"))]
+    Names { source: BranchError },
 
     #[snafu(display("{source}"))]
     Model { source: lance_actions::Error },
@@ -78,7 +79,7 @@ impl From<BranchError> for Error {
             BranchError::Retired { branch, successor } => Error::Retired { branch, successor },
             BranchError::Deleted { branch } => Error::BranchDeleted { branch },
             BranchError::Lance { what, source } => Error::Lance { what, source },
-            other @ BranchError::Catalog { .. } => Error::Names { message: other.to_string() },
+            source @ BranchError::Catalog { .. } => Error::Names { source },
         }
     }
 }
@@ -86,6 +87,43 @@ impl From<BranchError> for Error {
 impl From<lance_actions_commit::Error> for Error {
     fn from(source: lance_actions_commit::Error) -> Self {
         Error::Layer { source }
+    }
+}
+
+/// Why a replay, rebase, squash or name change ran an attempt again: the last one met is what
+/// [`Error::Contention`] reports, typed so that a caller can tell, say, a key race on the target
+/// from a catalog that kept changing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interference {
+    /// A replayed commit met a writer on the target (the commit loop's own reason).
+    Commit(lance_actions_commit::Interference),
+    /// Another replay of the same source commit landed on the target first: the next attempt
+    /// adopts it.
+    ReplayedConcurrently { reason: Box<lance_actions::Reason> },
+    /// The replay first added the base paths its commit reads the source's files through; the next
+    /// attempt binds on the head that has them.
+    BasesAdded,
+    /// Writers landed on the branch while a rebase or squash rebuilt it (`operation`), so the
+    /// rewrite started over from the new head.
+    BranchMoved { operation: &'static str },
+    /// Another branch name changed between our read of the name catalog and our write of it.
+    CatalogChanged,
+    /// Writers landed on a branch being deleted between our read of its head and its retirement.
+    DeleteRaced,
+}
+
+impl std::fmt::Display for Interference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interference::Commit(why) => write!(f, "{why}"),
+            Interference::ReplayedConcurrently { reason } => {
+                write!(f, "another replay of the same commit landed first ({reason})")
+            }
+            Interference::BasesAdded => write!(f, "the target gained the bases this replay needs"),
+            Interference::BranchMoved { operation } => write!(f, "writers kept landing on it during the {operation}"),
+            Interference::CatalogChanged => write!(f, "the branch name catalog kept changing"),
+            Interference::DeleteRaced => write!(f, "writers kept landing on the branch being deleted"),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub mod provenance;
 pub mod remap;
 pub mod replay;
 
-pub use error::{Error, Refusal, Result};
+pub use error::{Error, Interference, Refusal, Result};
 pub use lance_actions_commit::progress::{Progress, Tick};
 pub use lance_actions_commit::retry::RetryPolicy;
 pub use materialize::Materialized;

@@ -24,7 +24,7 @@ use lance_actions_commit::{CommitError, DatasetActionsExt, hooks};
 use lance_table::transaction::{UpdateMap, UpdateMapEntry};
 use rand::Rng;
 
-use crate::error::{Error, LanceContext, Result};
+use crate::error::{Error, Interference, LanceContext, Result};
 use crate::graft::normalise;
 use crate::lineage::{Chain, chain_name, open_chain, open_version};
 
@@ -154,7 +154,7 @@ impl Branches {
         Err(Error::Contention {
             branch: logical.to_string(),
             attempts: attempts.made(),
-            last: "the branch name catalog kept changing".into(),
+            last: Interference::CatalogChanged,
         })
     }
 
@@ -203,7 +203,7 @@ impl Branches {
         Err(Error::Contention {
             branch: logical.to_string(),
             attempts: attempts.made(),
-            last: "writers kept landing on the branch being deleted".into(),
+            last: Interference::DeleteRaced,
         })
     }
 

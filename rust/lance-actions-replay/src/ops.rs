@@ -5,7 +5,7 @@
 use lance::Dataset;
 
 use crate::compose::compose;
-use crate::error::{Error, LanceContext, Result};
+use crate::error::{Error, Interference, LanceContext, Result};
 use crate::lineage::{Chain, Lineage, chain_name, open_chain};
 use crate::names::{Branches, Pins, Retirement, physical_name, unpin};
 use crate::replay::{Conflict, Landed, Session};
@@ -274,7 +274,7 @@ impl Branches {
         Err(Error::Contention {
             branch: branch.to_string(),
             attempts: attempts.made(),
-            last: format!("writers kept landing on '{branch}' during the {}", how.verb()),
+            last: Interference::BranchMoved { operation: how.verb() },
         })
     }
 

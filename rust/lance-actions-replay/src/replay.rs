@@ -24,7 +24,7 @@ use lance_actions_commit::{CommitError, DatasetActionsExt};
 use lance_table::format::BasePath;
 use roaring::RoaringBitmap;
 
-use crate::error::{Error, LanceContext, Refusal, Result};
+use crate::error::{Error, Interference, LanceContext, Refusal, Result};
 use crate::graft::Graft;
 use crate::keycheck::{KeyState, Probe, inserts_rows, probe};
 use crate::lineage::{Chain, Commit, Lineage, Point, chain_name, commits, open_chain, open_version};
@@ -33,7 +33,7 @@ use crate::remap::{FragmentMap, RemapCx, is_graft_only, remap};
 use lance_actions_commit::branch_names::retirement;
 use lance_actions_commit::hooks;
 use lance_actions_commit::progress::Progress;
-use lance_actions_commit::retry::RetryPolicy;
+use lance_actions_commit::retry::{Exhausted, RetryPolicy};
 
 /// A source commit ready to replay: its actions with the rows each deletion-vector change deleted.
 #[derive(Debug, Clone)]
@@ -126,7 +126,7 @@ enum Attempt {
     Done(Step),
     /// The target moved (a writer landed, bases were added, another replay won): try again, for
     /// this reason.
-    Again(String),
+    Again(Interference),
 }
 
 /// The target's commits already turned into peers, by chain and version: a committed version never
@@ -590,15 +590,18 @@ impl Session {
         cache: &mut PeerCache,
         retry: &RetryPolicy,
     ) -> Result<Step> {
-        let mut last = String::new();
         let mut attempts = retry.attempts();
-        while attempts.next().await.is_some() {
+        attempts.first();
+        loop {
             match self.attempt_step(step, source_ds, cache).await? {
                 Attempt::Done(done) => return Ok(done),
-                Attempt::Again(why) => last = why,
+                Attempt::Again(why) => {
+                    if let Err(Exhausted { attempts, last }) = attempts.next_or(why).await {
+                        return Err(Error::Contention { branch: chain_name(&self.target).into(), attempts, last });
+                    }
+                }
             }
         }
-        Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: attempts.made(), last })
     }
 
     /// One attempt: one read of the target, one judgement, at most one write.
@@ -623,7 +626,7 @@ impl Session {
             // The bases land first, as a commit of their own (Lance's append and update cannot
             // carry bases); the next attempt binds on the head that has them.
             self.add_bases(&target, bases).await?;
-            return Ok(Attempt::Again("the target gained the bases this replay needs".into()));
+            return Ok(Attempt::Again(Interference::BasesAdded));
         }
         let peers = self.peers_from(history, cache).await?;
         let r =
@@ -648,17 +651,16 @@ impl Session {
                 let landed = self.record_landed(step, &self.target.clone(), report.version).await?;
                 Ok(Attempt::Done(Step::Landed(landed)))
             }
-            // A writer landed on the target after the head we judged: judge again on the new head.
-            Err(CommitError::Retry { reason, .. }) => Ok(Attempt::Again(reason.to_string())),
             // Another replay of the same commit landed first: the next attempt adopts it.
             Err(CommitError::Fail { reason, .. }) if reason.rule == Rule::AlreadyReplayed => {
-                Ok(Attempt::Again(reason.to_string()))
+                Ok(Attempt::Again(Interference::ReplayedConcurrently { reason: Box::new(reason) }))
             }
-            // Another writer took the version after our head at the manifest write.
-            Err(CommitError::RetriesExhausted { .. }) => {
-                Ok(Attempt::Again("another writer took the version after the head we judged".into()))
-            }
-            Err(source) => Err(Error::Commit { source }),
+            // A writer landed on the target after the head we judged (judge again on the new
+            // head), or took the version after it at the manifest write.
+            Err(source) => match lance_actions_commit::Interference::of(&source) {
+                Some(why) => Ok(Attempt::Again(Interference::Commit(why))),
+                None => Err(Error::Commit { source }),
+            },
         }
     }
 

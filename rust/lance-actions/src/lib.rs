@@ -15,10 +15,12 @@ pub mod driver;
 pub mod error;
 pub mod keys;
 pub mod life;
+#[cfg(any(test, feature = "matrix"))]
 pub mod matrix;
 pub mod path;
 pub mod rebind;
 pub mod retired;
+#[cfg(any(test, feature = "matrix"))]
 pub mod samples;
 pub mod screen;
 pub mod squash;
