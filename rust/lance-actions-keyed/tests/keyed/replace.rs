@@ -114,7 +114,14 @@ async fn a_concurrent_upsert_of_a_written_key_makes_it_contention_never_a_duplic
     theirs.upsert(vec![rows(&[5], 3)]).await.expect("their upsert");
     // Ours still reads the version before theirs: its addresses are of that version.
     match ours.replace_at(vec![rows(&[5], 9)], located(&[5], &at)).await {
-        Err(Error::Contention { .. }) => {}
+        Err(Error::Contention { attempts, last }) => {
+            assert_eq!(attempts, 1, "a replacement at addresses makes one attempt");
+            assert!(
+                matches!(last, lance_actions_commit::Interference::WriterLanded { .. }),
+                "the judged upsert is the reason, not a lost write: {last}"
+            );
+            assert_eq!(last.rule(), Some(&lance_actions::Rule::KeysIntersect), "{last}");
+        }
         other => panic!("must lose to the concurrent upsert, got {:?}", other.map(|o| o.version)),
     }
     let scan = scan(&latest(&uri).await).await;
