@@ -63,7 +63,14 @@ mod tests {
     use crate::CommitReport;
 
     fn reason(rule: Rule) -> Reason {
-        Reason { rule, ours: ActionKind::AddFragments, peer_version: Some(7), peer_action: None, path: None, detail: String::new() }
+        Reason {
+            rule,
+            ours: ActionKind::AddFragments,
+            peer_version: Some(7),
+            peer_action: None,
+            path: None,
+            detail: String::new(),
+        }
     }
 
     #[test]
