@@ -20,6 +20,9 @@
 //! commits/s: a `perf record` of it is that way's CPU.
 //! `-- --extra-fragments F` starts every table with F more one-row fragments, which no writer touches: a
 //! large manifest, which every commit reads and writes whole (a delete scans them all for its rows).
+//! `-- --control-us X` adds a control way, `lance+fixed_cost`: Lance's commit after X microseconds
+//! of busy work in each commit call (for X, take ours' own time per commit from the same table). It
+//! is compared with Lance like ours: where the two ratios agree, the gap is the fixed cost alone.
 
 use lance_actions_commit::bench::commit::{Way, Workload, compare, run};
 
@@ -42,6 +45,7 @@ async fn main() {
     let rounds = count(&args, "--rounds").unwrap_or(REPEATS);
     // Tables that start with this many more one-row fragments (a large manifest).
     let fragments = count(&args, "--extra-fragments").unwrap_or(0);
+    let control: Option<u32> = count(&args, "--control-us");
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_str().expect("utf-8 temp dir").to_string();
     if let Some(way) = args.iter().position(|a| a == "--profile").and_then(|i| args.get(i + 1)) {
@@ -61,11 +65,13 @@ async fn main() {
     };
     for workload in workloads {
         for &n in &ns {
-            let ways: Vec<Way> = workload.lance_ways().iter().copied().chain([Way::Ours]).collect();
+            let control = control.map(|us| Way::LanceWithCost { us });
+            let ways: Vec<Way> = workload.lance_ways().iter().copied().chain(control).chain([Way::Ours]).collect();
             let comparison = compare(&root, &ways, workload, n, commits, rounds, fragments).await.expect("run");
             let figures = comparison.medians();
-            // Ours is compared with the last Lance way: given the affected rows where Lance takes them.
-            let (ours, lance) = (ways.len() - 1, ways.len() - 2);
+            // Ours (and the control) is compared with the last Lance way: given the affected rows
+            // where Lance takes them.
+            let (ours, lance) = (ways.len() - 1, workload.lance_ways().len() - 1);
             let lance_tput = figures[lance].commits_per_s;
             for (i, (way, t)) in ways.iter().zip(&figures).enumerate() {
                 // Plain Lance is compared with Lance given the rows too: for deletes of disjoint
@@ -73,7 +79,8 @@ async fn main() {
                 // the spread of the bench itself (an A/A comparison, `design/benchmarks.md`). For
                 // deletes of rows of one fragment it is a real comparison: only Lance given the
                 // rows merges the vectors instead of refusing.
-                let compared = i != lance && (i == ours || *way == Way::Lance);
+                let compared =
+                    i != lance && (i == ours || *way == Way::Lance || matches!(way, Way::LanceWithCost { .. }));
                 let ratio = if compared { t.commits_per_s / lance_tput } else { 1.0 };
                 let by_round = match comparison.ratio(i, lance) {
                     Some(e) if compared => e.display(),

@@ -25,6 +25,9 @@ doclog="$(mktemp)"
 trap 'rm -f "$log" "$pylog" "$doclog"' EXIT
 # Build every test binary first, so that pytest (started next) does not compete with the compiler.
 cargo nextest run --workspace --locked --no-run "$@"
+# The model crate as a library user builds it: default features, without the `matrix` feature the
+# workspace's CLI, Python package and tests switch on (its samples and matrix stay out of it).
+cargo check -p lance-actions --lib --locked
 # The tests' tables live in temporary directories (tempfile, pytest's tmp_path): put them in memory.
 # On this machine kind's disk (ext4, mounted with `discard`) creating and removing a small file
 # costs about 0.8 ms of kernel CPU (4,000 files: 3.2 s of system time and 12.6 s wall, against

@@ -50,6 +50,7 @@ impl fmt::Display for Interference {
         match self {
             Interference::WriterLanded { reason } if self.is_key_race() => write!(f, "key race: {reason}"),
             Interference::WriterLanded { reason } => write!(f, "{reason}"),
+            Interference::VersionTaken { attempts: 1 } => write!(f, "the commit lost its write to another writer"),
             Interference::VersionTaken { attempts } => write!(f, "{attempts} commit attempts lost to other writers"),
         }
     }
@@ -89,6 +90,9 @@ mod tests {
         assert_eq!(taken.rule(), None);
         assert_eq!(taken.to_string(), "3 commit attempts lost to other writers");
         assert_eq!(Interference::of(&fail), None);
+        // A loop of one attempt (a replay judged up to its read version) lost one write.
+        let once = Interference::VersionTaken { attempts: 1 };
+        assert_eq!(once.to_string(), "the commit lost its write to another writer");
     }
 
     #[test]

@@ -14,14 +14,18 @@
 //! The bound is one type, [`RetryPolicy`], so the commit loop, keyed writes and replay count
 //! attempts the same way and report the same number.
 //!
-//! A loop adopts it in a few lines:
+//! A loop adopts it in a few lines, carrying the last reason to run again into its error:
 //!
 //! ```ignore
 //! let mut attempts = policy.attempts();
-//! while let Some(attempt) = attempts.next().await {   // sleeps before every attempt but the first
-//!     match try_once(attempt).await { Landed(x) => return Ok(x), Again(why) => last = why }
+//! let mut attempt = attempts.first();                 // at once: a policy makes at least one
+//! loop {
+//!     match try_once(attempt).await {
+//!         Landed(x) => return Ok(x),
+//!         // Sleeps before the next attempt; at the bound, `Exhausted { attempts, last: why }`.
+//!         Again(why) => attempt = attempts.next_or(why).await?,
+//!     }
 //! }
-//! Err(Contention { attempts: attempts.made(), last })
 //! ```
 
 use std::time::Duration;

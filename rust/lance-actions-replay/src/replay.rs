@@ -596,8 +596,8 @@ impl Session {
             match self.attempt_step(step, source_ds, cache).await? {
                 Attempt::Done(done) => return Ok(done),
                 Attempt::Again(why) => {
-                    if let Err(Exhausted { attempts, last }) = attempts.next_or(why).await {
-                        return Err(Error::Contention { branch: chain_name(&self.target).into(), attempts, last });
+                    if let Err(Exhausted { attempts: made, last }) = attempts.next_or(why).await {
+                        return Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: made, last });
                     }
                 }
             }

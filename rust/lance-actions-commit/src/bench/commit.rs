@@ -46,6 +46,10 @@ pub enum Way {
     Lance,
     /// `CommitBuilder` given `with_affected_rows` (row-level rebase of deletes).
     LanceAffectedRows,
+    /// The last of the workload's Lance ways after `us` microseconds of busy work in the writer's
+    /// commit call, before Lance's: a control for what a fixed cost per commit, such as our own
+    /// steps, does to Lance's throughput at the same N on the same machine.
+    LanceWithCost { us: u32 },
 }
 
 impl Way {
@@ -54,6 +58,7 @@ impl Way {
             Way::Ours => "ours",
             Way::Lance => "lance",
             Way::LanceAffectedRows => "lance+affected_rows",
+            Way::LanceWithCost { .. } => "lance+fixed_cost",
         }
     }
 }
@@ -273,6 +278,7 @@ enum Landed {
 async fn commit_once(
     ds: &Arc<Dataset>,
     way: Way,
+    workload: Workload,
     w: i64,
     staged: Staged,
     puts: &Arc<CountingPuts>,
@@ -296,10 +302,17 @@ async fn commit_once(
                 Err(e) => Err(BenchError::Ours { writer: w, source: Box::new(e) }),
             }
         }
-        Way::Lance | Way::LanceAffectedRows => {
+        Way::Lance | Way::LanceAffectedRows | Way::LanceWithCost { .. } => {
             let mut c = CommitBuilder::new(ds.clone()).with_commit_handler(puts.clone());
             let (txn, rows) = staged.into_parts();
-            if let (Way::LanceAffectedRows, Some(rows)) = (way, rows) {
+            let given_rows = match way {
+                Way::LanceWithCost { us } => {
+                    busy_for(Duration::from_micros(us.into()));
+                    workload.lance_ways().contains(&Way::LanceAffectedRows)
+                }
+                other => other == Way::LanceAffectedRows,
+            };
+            if let (true, Some(rows)) = (given_rows, rows) {
                 c = c.with_affected_rows(rows);
             }
             match c.execute(txn).await {
@@ -312,6 +325,15 @@ async fn commit_once(
                 Err(e) => Err(lance_err("lance's commit")(e)),
             }
         }
+    }
+}
+
+/// Busy work on this thread for `time`: a cost a commit layer adds (the spin keeps a core, as
+/// computing does).
+fn busy_for(time: Duration) {
+    let until = Instant::now() + time;
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -368,7 +390,7 @@ async fn writer(
             let staged = stage(&ds, workload, w, k, commits).await?;
             totals.staging += staging.elapsed();
             let call = Instant::now();
-            let landed = commit_once(&ds, way, w, staged, &puts).await?;
+            let landed = commit_once(&ds, way, workload, w, staged, &puts).await?;
             totals.calls += call.elapsed();
             match landed {
                 Landed::Yes { retries, at_write, split } => {
