@@ -597,7 +597,11 @@ impl Session {
                 Attempt::Done(done) => return Ok(done),
                 Attempt::Again(why) => {
                     if let Err(Exhausted { attempts: made, last }) = attempts.next_or(why).await {
-                        return Err(Error::Contention { branch: chain_name(&self.target).into(), attempts: made, last });
+                        return Err(Error::Contention {
+                            branch: chain_name(&self.target).into(),
+                            attempts: made,
+                            last,
+                        });
                     }
                 }
             }
