@@ -71,7 +71,8 @@ async fn main() {
             let figures = comparison.medians();
             // Ours (and the control) is compared with the last Lance way: given the affected rows
             // where Lance takes them.
-            let (ours, lance) = (ways.len() - 1, workload.lance_ways().len() - 1);
+            let ours = ways.len() - 1;
+            let lance = ways.iter().position(|w| *w == workload.compared_lance_way()).expect("a Lance way is run");
             let lance_tput = figures[lance].commits_per_s;
             for (i, (way, t)) in ways.iter().zip(&figures).enumerate() {
                 // Plain Lance is compared with Lance given the rows too: for deletes of disjoint
@@ -130,7 +131,7 @@ async fn profile(
 ) {
     let way = match way {
         "ours" => Way::Ours,
-        "lance" => *workload.lance_ways().last().expect("every workload has a Lance way"),
+        "lance" => workload.compared_lance_way(),
         other => panic!("--profile takes ours or lance, not {other}"),
     };
     for round in 0..rounds {

@@ -114,12 +114,6 @@ fn figures(t: &Throughput) -> Value {
     })
 }
 
-/// Lance's way this workload is compared with: given the affected rows where the write reports them
-/// (ours is given them too).
-fn lance_way(workload: Workload) -> Way {
-    workload.lance_ways().last().copied().unwrap_or(Way::Lance)
-}
-
 /// More runs per way than this only repeat what the median already shows.
 const MAX_REPEATS: usize = 25;
 
@@ -151,7 +145,7 @@ async fn commit(prefix: &str, shape: Shape, as_json: bool) -> CliResult {
         ));
     }
     let dir = format!("{}/lance-actions-bench-{}", prefix.trim_end_matches('/'), run_directory_name());
-    let lance_way = lance_way(workload);
+    let lance_way = workload.compared_lance_way();
     let outcome = side_by_side(&dir, lance_way, shape).await;
     // The tables are the bench's own: removed whether or not the run completed.
     let removed = bench::remove_tables(&dir).await;

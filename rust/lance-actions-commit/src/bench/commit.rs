@@ -105,6 +105,12 @@ impl Workload {
             Workload::Append | Workload::AppendWithIndex => &[Way::Lance],
         }
     }
+
+    /// The Lance way ours (and the control, [`Way::LanceWithCost`]) is compared with: the last of
+    /// [`Workload::lance_ways`], given the affected rows where the write reports them, as ours is.
+    pub fn compared_lance_way(self) -> Way {
+        self.lance_ways().last().copied().unwrap_or(Way::Lance)
+    }
 }
 
 /// One run's figures.
@@ -305,14 +311,14 @@ async fn commit_once(
         Way::Lance | Way::LanceAffectedRows | Way::LanceWithCost { .. } => {
             let mut c = CommitBuilder::new(ds.clone()).with_commit_handler(puts.clone());
             let (txn, rows) = staged.into_parts();
-            let given_rows = match way {
+            let lance_way = match way {
                 Way::LanceWithCost { us } => {
                     busy_for(Duration::from_micros(us.into()));
-                    workload.lance_ways().contains(&Way::LanceAffectedRows)
+                    workload.compared_lance_way()
                 }
-                other => other == Way::LanceAffectedRows,
+                other => other,
             };
-            if let (true, Some(rows)) = (given_rows, rows) {
+            if let (Way::LanceAffectedRows, Some(rows)) = (lance_way, rows) {
                 c = c.with_affected_rows(rows);
             }
             match c.execute(txn).await {
