@@ -56,7 +56,7 @@ async fn main() {
     run(&format!("{root}/warm-lance"), Way::Lance, Workload::Append, 2, 10, 0).await.expect("warm-up");
     run(&format!("{root}/warm-ours"), Way::Ours, Workload::Append, 2, 10, 0).await.expect("warm-up");
     println!(
-        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | in Lance / our own / waits (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
+        "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | CPU (us) | in Lance / our own / waits (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
@@ -92,12 +92,13 @@ async fn main() {
                     _ => "-".into(),
                 };
                 let retries = t.retries_per_commit.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+                let cpu = t.cpu_us.map(|c| format!("{c:.0}")).unwrap_or_else(|| "-".into());
                 let split = t
                     .split_us
                     .map(|s| format!("{:.0} / {:.0} / {:.0}", s.in_lance, s.own, s.waited))
                     .unwrap_or_else(|| "-".into());
                 println!(
-                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {:.0} | {split} | {ratio:.2}x | {by_round} | {:.1} | {:.2} | {all_writing_by_round} |",
+                    "| {} | {n} | {} | {:.1} | {:.2} | {retries} | {:.2} | {:.0} | {:.0} | {cpu} | {split} | {ratio:.2}x | {by_round} | {:.1} | {:.2} | {all_writing_by_round} |",
                     workload.name(),
                     way.name(),
                     t.commits_per_s,
@@ -143,8 +144,9 @@ async fn profile(
             None => String::new(),
         };
         let split = t.split_us.map(|s| format!(" ({s})")).unwrap_or_default();
+        let cpu = t.cpu_us.map(|c| format!(", {c:.0} us CPU")).unwrap_or_default();
         println!(
-            "{} {} N={writers}: {:.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} lost puts/commit{at_write}, {:.0} us opening and staging, {:.0} us a commit call{split}",
+            "{} {} N={writers}: {:.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} lost puts/commit{at_write}, {:.0} us opening and staging, {:.0} us a commit call{split}{cpu}",
             workload.name(),
             way.name(),
             t.commits_per_s,

@@ -108,6 +108,7 @@ fn figures(t: &Throughput) -> Value {
         "lost_puts_per_commit": t.lost_puts_per_commit,
         "open_and_stage_us": t.open_and_stage_us,
         "commit_call_us": t.commit_call_us,
+        "cpu_us": t.cpu_us,
         "in_lance_us": t.split_us.map(|s| s.in_lance),
         "own_us": t.split_us.map(|s| s.own),
         "waited_us": t.split_us.map(|s| s.waited),
@@ -213,8 +214,9 @@ async fn side_by_side(
 fn print_line(name: &str, t: &Throughput) {
     let retries = t.retries_per_commit.map(|r| format!(", {r:.2} retries/commit")).unwrap_or_default();
     let split = t.split_us.map(|s| format!(" ({s})")).unwrap_or_default();
+    let cpu = t.cpu_us.map(|c| format!(", {c:.0} us CPU")).unwrap_or_default();
     println!(
-        "  {name:<20} {:>8.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us opening and staging, {:.0} us a commit call{split}",
+        "  {name:<20} {:>8.1} commits/s ({:.1} while all write, finish spread {:.2}), {:.2} re-executions/commit{retries}, {:.2} lost puts/commit, {:.0} us opening and staging, {:.0} us a commit call{split}{cpu}",
         t.commits_per_s,
         t.all_writing_per_s,
         t.finish_spread,

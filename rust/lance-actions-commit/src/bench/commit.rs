@@ -145,6 +145,10 @@ pub struct Throughput {
     /// and staging the write (re-stagings included), in microseconds. The same code for every way:
     /// where it differs, the ways' commits slow the writers' other work.
     pub open_and_stage_us: f64,
+    /// The process's CPU time (user and system, every thread) over the run, per commit, in
+    /// microseconds ([`process_cpu`]); `None` where it cannot be read. On a machine with as many
+    /// cores as writers, a commit that costs more CPU leaves less for the other writers.
+    pub cpu_us: Option<f64>,
     /// Ours: of the commit calls, the mean time per commit inside Lance's commit path
     /// ([`crate::CommitReport::in_lance`]), our own ([`crate::CommitReport::own_time`]) and the
     /// waits between attempts, in microseconds, re-executed calls included. What is left of the
@@ -446,6 +450,7 @@ pub async fn run(
     }
     create(uri, writers, commits, extra).await?;
     let puts = CountingPuts::for_uri(uri).await?;
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let handles: Vec<_> =
         (0..writers).map(|w| tokio::spawn(writer(uri.to_string(), way, workload, w, commits, puts.clone()))).collect();
@@ -462,6 +467,7 @@ pub async fn run(
         totals.split.add(t.split);
         landed.push(t.landed);
     }
+    let cpu = process_cpu().zip(cpu_before).map(|(after, before)| after.saturating_sub(before));
     let (all_writing_per_s, finish_spread) = steady_rate(start, &landed);
     let judging_us = totals.judging.as_secs_f64() * 1e6 / totals.judged_at_write.max(1) as f64;
     let total = (writers * commits) as f64;
@@ -476,12 +482,32 @@ pub async fn run(
         at_write: (way == Way::Ours).then_some((totals.judged_at_write, judging_us)),
         commit_call_us: per_commit_us(totals.calls),
         open_and_stage_us: per_commit_us(totals.staging),
+        cpu_us: cpu.map(per_commit_us),
         split_us: (way == Way::Ours).then(|| Split {
             in_lance: per_commit_us(totals.split.in_lance),
             own: per_commit_us(totals.split.own),
             waited: per_commit_us(totals.split.waited),
         }),
     })
+}
+
+/// The CPU time this process has used so far, user and system, over every thread (ended ones
+/// too): `getrusage(RUSAGE_SELF)`. `None` off Unix or when the call fails.
+fn process_cpu() -> Option<Duration> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `getrusage` writes only into the zeroed struct it is handed.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+            return None;
+        }
+        let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32).saturating_mul(1000));
+        Some(time(usage.ru_utime) + time(usage.ru_stime))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
 }
 
 /// From each writer's landing times (the run began at `start`): the commits per second while every
