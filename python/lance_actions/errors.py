@@ -30,6 +30,16 @@ class ConflictError(LanceActionsError):
         The manifest path both touched (``fragments/3/deletion``...).
     report : dict or None
         The commit report up to the refusal (attempts, peers checked).
+    attempts : int or None
+        For a write that gave up (``rule == "Contention"``): how many attempts it made.
+    last : dict or None
+        For a write that gave up: why its last attempt had to run again, as
+        ``{"kind", "text", "key_race", "reason"}``. ``kind`` is ``"writer_landed"`` (a writer
+        that landed first was judged; ``reason`` holds that judgement as ``{"rule",
+        "peer_version", ...}``), ``"version_taken"`` (the commit lost its write to another
+        writer) or, for branch operations, ``"replayed_concurrently"``, ``"bases_added"``,
+        ``"branch_moved"``, ``"catalog_changed"`` or ``"delete_raced"``. ``key_race`` is true
+        when a concurrent writer's keys met this write's.
     """
 
     def __init__(
@@ -41,6 +51,8 @@ class ConflictError(LanceActionsError):
         peer_version: Optional[int] = None,
         path: Optional[str] = None,
         report: Optional[Dict[str, Any]] = None,
+        attempts: Optional[int] = None,
+        last: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__(message)
         self.reason = reason if reason is not None else message
@@ -48,6 +60,8 @@ class ConflictError(LanceActionsError):
         self.peer_version = peer_version
         self.path = path
         self.report = report
+        self.attempts = attempts
+        self.last = last
 
 
 class Retry(ConflictError):

@@ -80,7 +80,10 @@ pub fn commit_error(py: Python<'_>, e: CommitError) -> PyErr {
             "Retry",
             message,
             json!({"reason": format!("other writers kept landing first ({attempts} attempts)"),
-                   "rule": "Contention", "report": crate::history::report_json(&report)}),
+                   "rule": "Contention", "attempts": attempts,
+                   "last": lance_actions_commit::json::interference(
+                       &lance_actions_commit::Interference::VersionTaken { attempts }),
+                   "report": crate::history::report_json(&report)}),
         ),
         CommitError::CommitStatusUnknown { uuid, .. } => {
             raise(py, "CommitStatusUnknown", message, json!({ "uuid": uuid }))
@@ -136,7 +139,13 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
             raise(py, "KeysNotFound", message, json!({"keys": keys.first, "count": keys.count}))
         }
         E::TableExists { .. } => pyo3::exceptions::PyFileExistsError::new_err(message),
-        E::Contention { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
+        E::Contention { attempts, last } => raise(
+            py,
+            "Retry",
+            message.clone(),
+            json!({"reason": message, "rule": "Contention", "attempts": attempts,
+                   "last": lance_actions_commit::json::interference(&last)}),
+        ),
         E::SchemaChanged { .. } => {
             raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "SchemaChanged"}))
         }
@@ -158,9 +167,21 @@ pub fn replay_error(py: Python<'_>, e: lance_actions_replay::Error) -> PyErr {
         E::Commit { source } => commit_error(py, source),
         E::Layer { source } => layer_error(source),
         E::Lance { source, .. } => lance_error(message, &source),
-        E::Contention { .. } | E::NameRace { .. } => {
-            raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"}))
+        E::Contention { attempts, last, .. } => {
+            let last = lance_actions_commit::json::interference_parts(
+                last.kind(),
+                &last.to_string(),
+                last.reason(),
+                last.is_key_race(),
+            );
+            raise(
+                py,
+                "Retry",
+                message.clone(),
+                json!({"reason": message, "rule": "Contention", "attempts": attempts, "last": last}),
+            )
         }
+        E::NameRace { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
         E::Model { .. } | E::Names { .. } => PyRuntimeError::new_err(message),
         // Unknown or existing branch names, versions outside a history, a non-fast-forward, a
         // branch still in use: all about what the caller asked for.

@@ -250,7 +250,10 @@ fn message(e: Error) -> Failure {
         Error::Contention { .. } => FailureKind::Retry,
         // A keyed write's own retryable refusals are retryable here too.
         Error::Keyed {
-            source: lance_actions_keyed::Error::Contention { .. } | lance_actions_keyed::Error::SchemaChanged { .. },
+            source:
+                lance_actions_keyed::Error::Contention { .. }
+                | lance_actions_keyed::Error::AddressesOutdated { .. }
+                | lance_actions_keyed::Error::SchemaChanged { .. },
         } => FailureKind::Retry,
         Error::Commit { source } => crate::keyed::commit_kind(source),
         _ => FailureKind::Other,

@@ -344,7 +344,7 @@ fn failure(e: Error, key: &[String], as_json: bool) -> Failure {
 fn library_failure(e: Error) -> Failure {
     let kind = match &e {
         Error::Commit { source } => commit_kind(source),
-        Error::Contention { .. } | Error::SchemaChanged { .. } => Kind::Retry,
+        Error::Contention { .. } | Error::AddressesOutdated { .. } | Error::SchemaChanged { .. } => Kind::Retry,
         Error::NullKey { .. } | Error::Input { .. } | Error::UnsupportedKeyType { .. } => Kind::Input,
         Error::Branch { source: lance_actions_commit::branch_names::BranchError::NoSuchBranch { .. } } => {
             Kind::NoSuchBranch

@@ -38,9 +38,22 @@ impl Interference {
 
     /// The rule our driver applied, when a judgement (not a lost write) asked for the retry.
     pub fn rule(&self) -> Option<&Rule> {
+        self.reason().map(|reason| &reason.rule)
+    }
+
+    /// The judgement that asked for the retry; `None` for lost writes.
+    pub fn reason(&self) -> Option<&Reason> {
         match self {
-            Interference::WriterLanded { reason } => Some(&reason.rule),
+            Interference::WriterLanded { reason } => Some(reason),
             Interference::VersionTaken { .. } => None,
+        }
+    }
+
+    /// A stable name for front ends (`"writer_landed"`, `"version_taken"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Interference::WriterLanded { .. } => "writer_landed",
+            Interference::VersionTaken { .. } => "version_taken",
         }
     }
 }
@@ -88,6 +101,9 @@ mod tests {
         assert_eq!(taken, Interference::VersionTaken { attempts: 3 });
         assert!(!taken.is_key_race());
         assert_eq!(taken.rule(), None);
+        assert_eq!((key_race.kind(), taken.kind()), ("writer_landed", "version_taken"));
+        assert_eq!(key_race.reason().map(|r| r.peer_version), Some(Some(7)));
+        assert_eq!(taken.reason(), None);
         assert_eq!(taken.to_string(), "3 commit attempts lost to other writers");
         assert_eq!(Interference::of(&fail), None);
         // A loop of one attempt (a replay judged up to its read version) lost one write.

@@ -129,6 +129,15 @@ pub enum Error {
     ))]
     Contention { attempts: usize, last: Interference },
 
+    /// A write at known row addresses ([`crate::KeyedTable::replace_at`]) met a writer that landed
+    /// after the version those addresses belong to. Running it again with the same addresses
+    /// cannot help: they may name other rows now.
+    #[snafu(display(
+        "another writer landed after v{version}, the version the row addresses belong to ({last}); nothing was written: \
+         locate the rows again at the table's new version and replace them there"
+    ))]
+    AddressesOutdated { version: u64, last: Interference },
+
     /// A strict insert's rows were staged for a version whose columns the table no longer has
     /// exactly: a commit since changed a column (added, dropped, retyped, made non-nullable) or the
     /// file format. Staged rows are committed as they are on every attempt (an append does not
@@ -168,6 +177,13 @@ impl Error {
     /// May the same logical write succeed if the caller runs it again later?
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Contention { .. })
+    }
+
+    /// Did a concurrent writer end the write, so that it may succeed when planned again on a fresh
+    /// read of the table: run again as it was ([`Error::is_retryable`]), or, for a write at row
+    /// addresses, with the rows located again ([`Error::AddressesOutdated`])?
+    pub fn is_interference(&self) -> bool {
+        matches!(self, Error::Contention { .. } | Error::AddressesOutdated { .. })
     }
 
     /// Can no commit of the write this error ended have landed? True for every error but one from a

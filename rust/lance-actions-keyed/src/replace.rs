@@ -10,7 +10,8 @@
 //! rows in new fragments) declaring every written key, so fencing holds as for an upsert.
 //!
 //! One attempt only: the addresses belong to the handle's version, so a commit that loses to a
-//! concurrent writer cannot be re-planned here; it is [`Error::Contention`] for the caller to re-read.
+//! concurrent writer cannot be re-planned here; it is [`Error::AddressesOutdated`], for the caller to
+//! locate the rows again on a fresh read.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -91,7 +92,7 @@ impl KeyedTable {
                 self.record(*landed, &mut outcome);
                 Ok(outcome)
             }
-            Attempt::Again(last) => Err(Error::Contention { attempts: 1, last }),
+            Attempt::Again(last) => Err(Error::AddressesOutdated { version: outcome.version, last }),
         }
     }
 

@@ -112,6 +112,36 @@ pub enum Interference {
     DeleteRaced,
 }
 
+impl Interference {
+    /// A stable name for front ends: the commit loop's ([`lance_actions_commit::Interference::kind`])
+    /// or replay's own (`"replayed_concurrently"`, `"bases_added"`, `"branch_moved"`,
+    /// `"catalog_changed"`, `"delete_raced"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Interference::Commit(why) => why.kind(),
+            Interference::ReplayedConcurrently { .. } => "replayed_concurrently",
+            Interference::BasesAdded => "bases_added",
+            Interference::BranchMoved { .. } => "branch_moved",
+            Interference::CatalogChanged => "catalog_changed",
+            Interference::DeleteRaced => "delete_raced",
+        }
+    }
+
+    /// The judgement that asked for the retry, when one did.
+    pub fn reason(&self) -> Option<&lance_actions::Reason> {
+        match self {
+            Interference::Commit(why) => why.reason(),
+            Interference::ReplayedConcurrently { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// A concurrent writer's keys met the replayed commit's (the fencing of `design/fencing.md`).
+    pub fn is_key_race(&self) -> bool {
+        matches!(self, Interference::Commit(why) if why.is_key_race())
+    }
+}
+
 impl std::fmt::Display for Interference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

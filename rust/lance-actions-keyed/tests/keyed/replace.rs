@@ -105,17 +105,21 @@ async fn a_present_key_that_was_not_located_is_refused_never_duplicated() {
 }
 
 #[tokio::test]
-async fn a_concurrent_upsert_of_a_written_key_makes_it_contention_never_a_duplicate() {
+async fn a_concurrent_upsert_of_a_written_key_outdates_the_addresses_never_a_duplicate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = temp_uri(&dir, "t");
     let mut ours = two_fragments(&uri).await;
+    let version = ours.dataset().manifest().version;
     let at = addresses(ours.dataset()).await;
     let mut theirs = KeyedTable::open(&uri).await.expect("open");
     theirs.upsert(vec![rows(&[5], 3)]).await.expect("their upsert");
     // Ours still reads the version before theirs: its addresses are of that version.
     match ours.replace_at(vec![rows(&[5], 9)], located(&[5], &at)).await {
-        Err(Error::Contention { attempts, last }) => {
-            assert_eq!(attempts, 1, "a replacement at addresses makes one attempt");
+        Err(e @ Error::AddressesOutdated { .. }) => {
+            assert!(e.is_interference() && !e.is_retryable(), "re-planned, not run again as it was: {e}");
+            assert!(e.to_string().contains("locate the rows again"), "{e}");
+            let Error::AddressesOutdated { version: at_version, last } = e else { unreachable!() };
+            assert_eq!(at_version, version, "the version the addresses belong to");
             assert!(
                 matches!(last, lance_actions_commit::Interference::WriterLanded { .. }),
                 "the judged upsert is the reason, not a lost write: {last}"
