@@ -425,7 +425,6 @@ impl ActionCommit {
             merge_deletion_vectors(&latest, &mut txn, &mut state.facts).await?;
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
             let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
-            let writing = Instant::now();
             match write_attempt(&fixed, &latest, txn, op, entry, &mut state, &mut report).await? {
                 Written::Landed(ds) => {
                     report.version = ds.manifest().version;
@@ -434,9 +433,9 @@ impl ActionCommit {
                     return Ok((*ds, report.ended(began, &attempts)));
                 }
                 Written::LostRace(lost) => {
-                    if lost.put_lost {
+                    if let Some(put) = lost.put_took {
                         // Writers that met at one version's put retry that far apart, or meet again.
-                        attempts.collided_over(writing.elapsed());
+                        attempts.collided_over(put);
                     }
                     at_once = !lost.put_lost;
                     state.after(&lost, &fixed);
@@ -873,6 +872,8 @@ struct LostRace {
     /// Lance's own rebase refused before any write, naming the writer it conflicted with: the
     /// first such writer past our head, not necessarily the newest version Lance listed.
     named_by_lance: bool,
+    /// How long the manifest put took, when it was made and lost ([`ExpectVersion::put_took`]).
+    put_took: Option<Duration>,
 }
 
 /// Hand the lowered operation to Lance with a handler that accepts only `head + 1` (or, for an
@@ -946,6 +947,7 @@ async fn write_attempt(
                 exists: (saw > head).then_some(saw),
                 put_lost: false,
                 named_by_lance: false,
+                put_took: None,
             }))
         }
         (Err(_), WriteRecord::LostRace) => {
@@ -959,6 +961,7 @@ async fn write_attempt(
                 exists: Some(exists),
                 put_lost: true,
                 named_by_lance: false,
+                put_took: handler.put_took(),
             }))
         }
         // Lance's own rebase saw a peer landing between our read and its commit: the version it
@@ -971,9 +974,16 @@ async fn write_attempt(
             exists: (version > head).then_some(version),
             put_lost: false,
             named_by_lance: true,
+            put_took: None,
         })),
         (Err(lance::Error::IncompatibleTransaction { .. }), WriteRecord::NotAttempted) => {
-            Ok(Written::LostRace(LostRace { dataset_saw: head, exists: None, put_lost: false, named_by_lance: false }))
+            Ok(Written::LostRace(LostRace {
+                dataset_saw: head,
+                exists: None,
+                put_lost: false,
+                named_by_lance: false,
+                put_took: None,
+            }))
         }
         (Err(e), WriteRecord::Failed { message }) => Err(CommitError::CommitStatusUnknown {
             uuid: fixed.uuid.clone(),

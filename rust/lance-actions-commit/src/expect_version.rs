@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use lance_table::format::{IndexMetadata, Manifest, Transaction};
 use lance_table::io::commit::{CommitError, CommitHandler, ManifestLocation};
@@ -83,6 +84,8 @@ pub struct ExpectVersion {
     expected: u64,
     rejudge: Option<Arc<dyn Rejudge>>,
     record: Mutex<WriteRecord>,
+    /// When the inner put began, and how long it took once it answered.
+    put: Mutex<(Option<Instant>, Option<Duration>)>,
 }
 
 /// What the wrapper decided about a manifest Lance handed it.
@@ -96,13 +99,26 @@ enum Gate {
 
 impl ExpectVersion {
     pub fn new(inner: Arc<dyn CommitHandler>, expected: u64) -> Self {
-        Self { inner, expected, rejudge: None, record: Mutex::new(WriteRecord::NotAttempted) }
+        Self {
+            inner,
+            expected,
+            rejudge: None,
+            record: Mutex::new(WriteRecord::NotAttempted),
+            put: Mutex::new((None, None)),
+        }
     }
 
     /// Ask `rejudge` about a manifest past the expected version instead of refusing it outright.
     pub fn with_rejudge(mut self, rejudge: Arc<dyn Rejudge>) -> Self {
         self.rejudge = Some(rejudge);
         self
+    }
+
+    /// How long the inner manifest put took, from its start to its answer (`None` when none was
+    /// made): the window two writers of one version race in, which sizes the waits after a lost
+    /// put ([`crate::retry::Attempts::collided_over`]).
+    pub fn put_took(&self) -> Option<Duration> {
+        self.put.lock().ok().and_then(|p| p.1)
     }
 
     pub fn record(&self) -> WriteRecord {
@@ -131,11 +147,17 @@ impl ExpectVersion {
             return Err(refusal);
         }
         crate::crash::point("after-transaction-file");
+        if let Ok(mut put) = self.put.lock() {
+            put.0 = Some(Instant::now());
+        }
         Ok(gate)
     }
 
     /// After a put: record what happened at it.
     fn after_put(&self, result: &Result<ManifestLocation, CommitError>, version: u64, gate: Gate) {
+        if let Ok(mut put) = self.put.lock() {
+            put.1 = put.0.map(|started| started.elapsed());
+        }
         if result.is_ok() {
             crate::crash::point("after-manifest");
         }

@@ -4,13 +4,18 @@
 //! Writers that lose a race to the same version tend to lose it again together if they retry at
 //! once, so every retry waits a random time ("full jitter") in `[0, step)`, where the step starts
 //! at `base` and doubles per attempt up to `max_delay`. A loop that measured how long its colliding
-//! step took (a commit's manifest write: the window in which another writer's write can beat it)
-//! tells its [`Attempts`] ([`Attempts::collided_over`]), and the steps then start at three times
-//! that window instead of `base`: writers that collided over a 60 ms object-store commit gain
-//! nothing from retrying 2 ms apart, they collide again. Lance's own commit loop sizes its backoff
-//! slots by its first attempt's time for the same reason (`SlotBackoff`: 4, then 8, ... slots of
-//! 1.1 times that time, a mean wait of 1.65 and then 3.85 of them); a step of 3, then 6, ...
-//! windows waits as long on average (1.5, 3, ...), so our writers spread as far apart as Lance's.
+//! step took (a commit's manifest put, the write two writers of one version race on) tells its
+//! [`Attempts`] ([`Attempts::collided_over`]), and the steps are then three times that window,
+//! doubling, in place of `base`'s: writers that collided over a 60 ms object-store put gain nothing
+//! from retrying 2 ms apart, they collide again, and writers that collided over a 200 us put on a
+//! local disk lose time waiting milliseconds. Lance's own commit loop sizes its backoff slots the
+//! same way, by its attempt's time after catching up (`SlotBackoff`: 4, then 8, ... slots of 1.1
+//! times that time in whole milliseconds, a mean wait of 1.65 and then 3.85 of them; none at all
+//! for an attempt under a millisecond); a step of 3, then 6, ... windows waits about as long on
+//! average (1.5, 3, ...). Measured on the whole commit call instead (listing, reading the writers
+//! in between, building the manifest), the waits were four times Lance's, and at four writers
+//! the writer that kept losing finished three to four times later than the first
+//! (`design/benchmarks.md`, "Wait as long as the put took").
 //! The bound is one type, [`RetryPolicy`], so the commit loop, keyed writes and replay count
 //! attempts the same way and report the same number.
 //!
@@ -95,7 +100,7 @@ impl RetryPolicy {
 
     /// A counter of attempts under this policy.
     pub fn attempts(&self) -> Attempts {
-        Attempts { policy: *self, made: 0, window: None, slept: Duration::ZERO }
+        Attempts { policy: *self, made: 0, window: None, collisions: 0, slept: Duration::ZERO }
     }
 }
 
@@ -122,6 +127,9 @@ pub struct Attempts {
     made: usize,
     /// The colliding step's time, once measured ([`Attempts::collided_over`]).
     window: Option<Duration>,
+    /// Collisions reported so far: the window's steps double per collision, not per attempt (an
+    /// attempt that started at once, having collided with nothing, does not widen them).
+    collisions: u32,
     /// Time spent sleeping before attempts, as measured.
     slept: Duration,
 }
@@ -161,22 +169,22 @@ impl Attempts {
     }
 
     /// The last attempt collided with another writer over a step that took `window` (for a commit,
-    /// its manifest write): from now on the steps are at least `3 * window`, doubling per attempt,
-    /// capped at the policy's `max_delay` or `24 * window`, whichever is longer. The first
-    /// measurement is kept: a window measured under contention is inflated by the contention.
+    /// its manifest put): from now on the steps are `3 * window`, doubling per collision, capped at
+    /// the policy's `max_delay` or `24 * window`, whichever is longer; the policy's `base` no
+    /// longer applies, however short the window. The first measurement is kept: a window measured
+    /// under contention is inflated by the contention.
     pub fn collided_over(&mut self, window: Duration) {
         self.window.get_or_insert(window);
+        self.collisions = self.collisions.saturating_add(1);
     }
 
-    /// The upper bound of the wait before attempt `attempt`: the policy's step, or the collision
-    /// window's when one was measured and it is longer.
+    /// The upper bound of the wait before attempt `attempt`: once a collision window was measured,
+    /// its step for the collisions so far (three windows after the first, six after the second,
+    /// ...); the policy's step for `attempt` otherwise.
     pub fn step_before(&self, attempt: usize) -> Duration {
-        let step = self.policy.step_before(attempt);
-        let Some(window) = self.window.filter(|_| attempt > 1) else { return step };
-        let doublings = (attempt - 2).min(16) as u32;
-        let widened =
-            window.saturating_mul(3u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(24)));
-        step.max(widened)
+        let Some(window) = self.window.filter(|_| attempt > 1) else { return self.policy.step_before(attempt) };
+        let doublings = self.collisions.saturating_sub(1).min(16);
+        window.saturating_mul(3u32 << doublings).min(self.policy.max_delay.max(window.saturating_mul(24)))
     }
 
     /// Start the next attempt at once, without the policy's wait: for a loop whose last attempt
@@ -230,17 +238,30 @@ mod tests {
     }
 
     #[test]
-    fn a_measured_collision_window_widens_the_steps_and_a_short_one_does_not() {
-        let policy = RetryPolicy::new(10, Duration::from_millis(2)).with_max_delay(Duration::from_millis(250));
-        let mut slow = policy.attempts();
-        slow.collided_over(Duration::from_millis(60));
-        slow.collided_over(Duration::from_millis(500)); // the first measurement is kept
-        let steps: Vec<u128> = (1..=6).map(|a| slow.step_before(a).as_millis()).collect();
-        assert_eq!(steps, vec![0, 180, 360, 720, 1440, 1440], "3, 6, 12, 24 windows, capped at 24 windows");
-        let mut fast = policy.attempts();
-        fast.collided_over(Duration::from_micros(100));
-        let steps: Vec<u128> = (1..=4).map(|a| fast.step_before(a).as_micros()).collect();
-        assert_eq!(steps, vec![0, 2_000, 4_000, 8_000], "a window shorter than the base leaves the policy's steps");
+    fn a_measured_collision_window_sets_the_steps_long_or_short() {
+        let policy = RetryPolicy::new(30, Duration::from_millis(2)).with_max_delay(Duration::from_millis(250));
+        // The steps after each of `collisions` collisions over `first` (later windows ignored).
+        let steps_after = |first: Duration, collisions: usize| -> Vec<Duration> {
+            let mut a = policy.attempts();
+            (1..=collisions)
+                .map(|n| {
+                    a.collided_over(if n == 1 { first } else { first * 9 });
+                    a.step_before(n + 1)
+                })
+                .collect()
+        };
+        let ms = |steps: Vec<Duration>| steps.iter().map(|s| s.as_millis()).collect::<Vec<_>>();
+        let slow = ms(steps_after(Duration::from_millis(60), 5));
+        assert_eq!(slow, vec![180, 360, 720, 1440, 1440], "3, 6, 12, 24 windows, capped at 24 windows");
+        let fast = steps_after(Duration::from_micros(100), 12);
+        let us: Vec<u128> = fast.iter().take(3).map(|s| s.as_micros()).collect();
+        assert_eq!(us, vec![300, 600, 1_200], "a window shorter than the base shortens the steps");
+        assert_eq!(fast.last().map(|s| s.as_millis()), Some(250), "a short window's steps stop at the policy's cap");
+        let mut once = policy.attempts();
+        once.collided_over(Duration::from_millis(1));
+        let later: Vec<u128> = (2..=5).map(|a| once.step_before(a).as_millis()).collect();
+        assert_eq!(later, vec![3, 3, 3, 3], "attempts that collided with nothing do not widen the steps");
+        assert_eq!(once.step_before(1), Duration::ZERO, "no wait before the first attempt");
         let unmeasured: Vec<u128> = (1..=4).map(|a| policy.attempts().step_before(a).as_millis()).collect();
         assert_eq!(unmeasured, vec![0, 2, 4, 8]);
     }
