@@ -434,8 +434,11 @@ impl ActionCommit {
                 }
                 Written::LostRace(lost) => {
                     if let Some(put) = lost.put_took {
-                        // Writers that met at one version's put retry that far apart, or meet again.
-                        attempts.collided_over(put);
+                        // Writers that met at one version's put retry that far apart, or meet
+                        // again. The window is three requests of the put's kind, as in Lance's
+                        // own unit: the transaction file it puts first, the manifest put, and its
+                        // read of the version to confirm another writer's (`design/commit.md`).
+                        attempts.collided_over(put.saturating_mul(3));
                     }
                     at_once = !lost.put_lost;
                     state.after(&lost, &fixed);
