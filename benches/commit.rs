@@ -58,7 +58,7 @@ async fn main() {
     println!(
         "| workload | N | way | commits/s | re-executions/commit | retries/commit | lost puts/commit | open and stage (us) | commit call (us) | CPU (us) | in Lance / our own / waits (us) | throughput vs lance | round by round [95%] | while all write: commits/s | finish spread | while all write: round by round [95%] |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let workloads: Vec<Workload> = match only {
         Some(w) => vec![w],
         None => Workload::ALL.to_vec(),

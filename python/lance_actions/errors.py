@@ -31,9 +31,10 @@ class ConflictError(LanceActionsError):
     report : dict or None
         The commit report up to the refusal (attempts, peers checked).
     attempts : int or None
-        For a write that gave up (``rule == "Contention"``): how many attempts it made.
+        For a write that gave up (``rule == "Contention"``), when known: how many attempts it
+        made.
     last : dict or None
-        For a write that gave up: why its last attempt had to run again, as
+        For a write that gave up, when known: why its last attempt had to run again, as
         ``{"kind", "text", "key_race", "reason"}``. ``kind`` is ``"writer_landed"`` (a writer
         that landed first was judged; ``reason`` holds that judgement as ``{"rule",
         "peer_version", ...}``), ``"version_taken"`` (the commit lost its write to another

@@ -146,6 +146,13 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
             json!({"reason": message, "rule": "Contention", "attempts": attempts,
                    "last": lance_actions_commit::json::interference(&last)}),
         ),
+        E::AddressesOutdated { last, .. } => raise(
+            py,
+            "Retry",
+            message.clone(),
+            json!({"reason": message, "rule": "AddressesOutdated", "attempts": 1,
+                   "last": lance_actions_commit::json::interference(&last)}),
+        ),
         E::SchemaChanged { .. } => {
             raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "SchemaChanged"}))
         }

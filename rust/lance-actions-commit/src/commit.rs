@@ -256,7 +256,10 @@ impl ActionCommit {
         self
     }
 
-    /// First backoff step; each retry doubles it with full jitter (see [`RetryPolicy`]).
+    /// First backoff step; each retry doubles it with full jitter (see [`RetryPolicy`]). The commit
+    /// loop waits only after a lost manifest put, and then by that put's time
+    /// ([`crate::retry::Attempts::collided_over`]): this step applies only when the put could not
+    /// be timed.
     pub fn with_backoff(mut self, base: Duration) -> Self {
         self.retry = self.retry.with_base(base);
         self

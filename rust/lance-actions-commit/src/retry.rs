@@ -8,7 +8,8 @@
 //! [`Attempts`] ([`Attempts::collided_over`]), and the steps are then three times that window,
 //! doubling, in place of `base`'s: writers that collided over a 60 ms object-store put gain nothing
 //! from retrying 2 ms apart, they collide again, and writers that collided over a 200 us put on a
-//! local disk lose time waiting milliseconds. Lance's own commit loop sizes its backoff slots the
+//! local disk lose time waiting many milliseconds (tokio's timer wakes on whole milliseconds, so
+//! a wait below one is about one, as Lance's slots are). Lance's own commit loop sizes its backoff slots the
 //! same way, by its attempt's time after catching up (`SlotBackoff`: 4, then 8, ... slots of 1.1
 //! times that time in whole milliseconds, a mean wait of 1.65 and then 3.85 of them; none at all
 //! for an attempt under a millisecond); a step of 3, then 6, ... windows waits about as long on

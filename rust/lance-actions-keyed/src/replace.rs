@@ -11,7 +11,8 @@
 //!
 //! One attempt only: the addresses belong to the handle's version, so a commit that loses to a
 //! concurrent writer cannot be re-planned here; it is [`Error::AddressesOutdated`], for the caller to
-//! locate the rows again on a fresh read.
+//! locate the rows again on a fresh read. A commit that only lost its puts (no writer judged
+//! against it) is [`Error::Contention`]: the same addresses may be tried again.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -19,7 +20,7 @@ use arrow_array::{Array, RecordBatch, UInt64Array};
 use futures::{StreamExt, TryStreamExt};
 use lance::dataset::transaction::{Operation, UpdateMode};
 use lance_actions::lift;
-use lance_actions_commit::DatasetActionsExt;
+use lance_actions_commit::{DatasetActionsExt, Interference};
 use lance_core::ROW_ADDR;
 use lance_select::RowAddrTreeMap;
 use lance_table::format::Fragment;
@@ -92,6 +93,8 @@ impl KeyedTable {
                 self.record(*landed, &mut outcome);
                 Ok(outcome)
             }
+            // Every put lost, no writer judged against ours: the addresses still hold.
+            Attempt::Again(last @ Interference::VersionTaken { .. }) => Err(Error::Contention { attempts: 1, last }),
             Attempt::Again(last) => Err(Error::AddressesOutdated { version: outcome.version, last }),
         }
     }
