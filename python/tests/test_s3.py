@@ -1,6 +1,7 @@
 """The package on object storage: a real S3-compatible server (moto) and storage options passed
 the way pylance takes them (no environment variables), with pylance reading the same bucket."""
 
+import os
 import threading
 
 import lance
@@ -99,11 +100,12 @@ def test_branches_and_a_graph_on_s3(s3, bucket):
     data = read(uri, s3.options)
     assert len(data) == 17 and data[102] == 3 and data[201] == 4
 
-    g = la.Graph.init(
-        f"{bucket}/g",
-        {"nodes": {"Person": {"properties": {"name": "string"}}}, "edges": {}},
-        storage_options=s3.options,
-    )
+    schema = {"nodes": {"Person": {"properties": {"name": "string"}}}, "edges": {}}
+    g = la.Graph.init(f"{bucket}/g", schema, storage_options=s3.options)
+    # An object store's root is no local directory: nothing named after the bucket appears here.
+    assert not os.path.exists(bucket.replace("s3://", "s3:/")), "init made a local directory"
+    with pytest.raises(FileExistsError):
+        la.Graph.init(f"{bucket}/g", schema, storage_options=s3.options)
     g.insert("Person", [{"id": "p1", "name": "a"}])
     g.branch("feature")
     g.insert("Person", [{"id": "p2", "name": "b"}], branch="feature")

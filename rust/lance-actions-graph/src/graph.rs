@@ -61,10 +61,14 @@ impl Graph {
         // Lance records a branch's parent root as given: a relative root would only read from here.
         let root = &absolute_uri(root);
         let schema = GraphSchema::parse(schema_text)?;
-        if std::path::Path::new(&manifest::manifest_uri(root)).exists() {
+        if manifest::exists(root).await? {
             return Err(Error::GraphExists { root: root.to_string() });
         }
-        std::fs::create_dir_all(root).map_err(|source| Error::Io { what: format!("creating {root}"), source })?;
+        // A local root is a directory to make; an object store has none (an `s3://` root made
+        // as a path would leave an `s3:` directory where the process runs).
+        if !root.contains("://") {
+            std::fs::create_dir_all(root).map_err(|source| Error::Io { what: format!("creating {root}"), source })?;
+        }
         let mut tables = BTreeMap::new();
         for t in schema.types.values() {
             let version = table::create(root, t).await?;

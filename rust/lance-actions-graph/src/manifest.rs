@@ -124,6 +124,17 @@ pub fn manifest_uri(root: &str) -> String {
     format!("{}/{MANIFEST_DIR}", root.trim_end_matches('/'))
 }
 
+/// Is there a graph manifest at `root`, on any store? Read by opening it: a path test would look
+/// on the local disk for an object store's root.
+pub async fn exists(root: &str) -> Result<bool> {
+    let uri = manifest_uri(root);
+    match lance_actions_commit::storage::open(&uri).await {
+        Ok(_) => Ok(true),
+        Err(lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }) => Ok(false),
+        Err(source) => Err::<bool, _>(source).lance(format!("reading the graph manifest at {uri}")),
+    }
+}
+
 /// Create the manifest dataset (no rows; its config is the manifest) with the schema text.
 pub async fn create(root: &str, schema_text: &str) -> Result<()> {
     let uri = manifest_uri(root);
