@@ -4,6 +4,15 @@
 //! relative to the working directory would make the table unreadable from anywhere else, so every
 //! layer that creates branches or grafts bases first makes a local path absolute.
 
+/// The directory a local `uri` names (no scheme, or `file://`); `None` for object stores.
+pub fn local_path(uri: &str) -> Option<std::path::PathBuf> {
+    match uri.split_once("://") {
+        None => Some(std::path::PathBuf::from(uri)),
+        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
+        Some(_) => None,
+    }
+}
+
 /// A local path made absolute (and canonical when it exists); a URI with a scheme as it is.
 pub fn absolute_uri(uri: &str) -> String {
     if uri.contains("://") {

@@ -66,8 +66,8 @@ impl Graph {
         }
         // A local root is a directory to make; an object store has none (an `s3://` root made
         // as a path would leave an `s3:` directory where the process runs).
-        if !root.contains("://") {
-            std::fs::create_dir_all(root).map_err(|source| Error::Io { what: format!("creating {root}"), source })?;
+        if let Some(dir) = lance_actions_commit::location::local_path(root) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io { what: format!("creating {root}"), source })?;
         }
         let mut tables = BTreeMap::new();
         for t in schema.types.values() {

@@ -124,14 +124,18 @@ pub fn manifest_uri(root: &str) -> String {
     format!("{}/{MANIFEST_DIR}", root.trim_end_matches('/'))
 }
 
-/// Is there a graph manifest at `root`, on any store? Read by opening it: a path test would look
-/// on the local disk for an object store's root.
+/// Is there a graph manifest at `root`, on any store?
 pub async fn exists(root: &str) -> Result<bool> {
-    let uri = manifest_uri(root);
-    match lance_actions_commit::storage::open(&uri).await {
-        Ok(_) => Ok(true),
-        Err(lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }) => Ok(false),
-        Err(source) => Err::<bool, _>(source).lance(format!("reading the graph manifest at {uri}")),
+    Ok(open(root).await?.is_some())
+}
+
+/// The manifest dataset at `root`, `None` when there is none. Found by opening it, on any store: a
+/// path test would look on the local disk for an object store's root.
+async fn open(root: &str) -> Result<Option<Dataset>> {
+    match lance_actions_commit::storage::open(&manifest_uri(root)).await {
+        Ok(dataset) => Ok(Some(dataset)),
+        Err(lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }) => Ok(None),
+        Err(source) => Err::<Option<Dataset>, _>(source).lance(format!("opening the graph manifest of {root}")),
     }
 }
 
@@ -151,13 +155,10 @@ pub async fn create(root: &str, schema_text: &str) -> Result<()> {
 }
 
 pub async fn read(root: &str) -> Result<ManifestView> {
-    let uri = manifest_uri(root);
-    if !uri.contains("://") && !std::path::Path::new(&uri).exists() {
+    let Some(dataset) = open(root).await? else {
         return Err(Error::NotAGraph { root: root.to_string() });
-    }
-    let dataset = Arc::new(
-        lance_actions_commit::storage::open(&uri).await.lance(format!("opening the graph manifest of {root}"))?,
-    );
+    };
+    let dataset = Arc::new(dataset);
     let config = &dataset.manifest().config;
     let mut heads = BTreeMap::new();
     let mut commits = HashMap::new();

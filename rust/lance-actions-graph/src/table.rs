@@ -164,9 +164,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     match &w.located {
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
-            Err(KeyedError::AddressesOutdated { .. } | KeyedError::Contention { .. }) => {
-                return Ok(Landed::Interfered);
-            }
+            Err(e) if e.is_interference() => return Ok(Landed::Interfered),
             Err(e) => return Err(e.into()),
         },
         None => {

@@ -154,15 +154,6 @@ fn check_key_names(key: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The directory a local `uri` names (no scheme, or `file://`); `None` for object stores.
-fn local_path(uri: &str) -> Option<std::path::PathBuf> {
-    match uri.split_once("://") {
-        None => Some(std::path::PathBuf::from(uri)),
-        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
-        Some(_) => None,
-    }
-}
-
 fn describe_class(class: &TableClass) -> String {
     match class {
         TableClass::Undeclared => "no table class declared".into(),
@@ -219,7 +210,7 @@ impl KeyedTable {
             return Err(Error::KeyConflict { keys: sample(&dups), cause: crate::ConflictCause::DuplicateInBatch });
         }
         let batches = conform(&batches, &schema)?;
-        match local_path(uri) {
+        match lance_actions_commit::location::local_path(uri) {
             Some(path) => Self::create_local(uri, &path, batches, &key).await,
             None => {
                 let txn = stage::stage_table(uri, batches, keyed_config(&key)).await?;
