@@ -438,10 +438,8 @@ impl ActionCommit {
                 Written::LostRace(lost) => {
                     if let Some(put) = lost.put_took {
                         // Writers that met at one version's put retry that far apart, or meet
-                        // again. The window is three requests of the put's kind, as in Lance's
-                        // own unit: the transaction file it puts first, the manifest put, and its
-                        // read of the version to confirm another writer's (`design/commit.md`).
-                        attempts.collided_over(put.saturating_mul(3));
+                        // again (`design/commit.md`, "The collision window").
+                        attempts.collided_over(put.saturating_mul(puts_per_window(&fixed.store)));
                     }
                     at_once = !lost.put_lost;
                     state.after(&lost, &fixed);
@@ -586,6 +584,16 @@ impl Fixed {
     fn listing_probes_versions(&self) -> bool {
         lance_table::io::commit::uses_version_hint(&self.store)
     }
+}
+
+/// How many of its lost manifest puts a collision window spans: about Lance's own attempt after
+/// catching up. On an object store that attempt is three round trips as long as the put (the
+/// transaction file, the manifest put, the read that confirms another writer's version); on a
+/// local disk or in memory the put (writing the manifest and moving it into place) outweighs the
+/// rest, and one put measured best (`design/benchmarks.md`, "One put on a local disk, three on an
+/// object store").
+fn puts_per_window(store: &lance::io::ObjectStore) -> u32 {
+    if store.is_cloud() { 3 } else { 1 }
 }
 
 /// The handler our compare-and-swap wrapper ([`ExpectVersion`]) writes through.
@@ -1737,4 +1745,33 @@ async fn merge_deletion_vectors(
         u.merge_with_head = false;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::puts_per_window;
+
+    /// The store for `uri`, opened without a request (an S3 bucket's region is given).
+    async fn store(uri: &str) -> std::sync::Arc<lance::io::ObjectStore> {
+        let options = std::collections::HashMap::from([("region".to_string(), "us-east-1".to_string())]);
+        let params = lance::io::ObjectStoreParams {
+            storage_options_accessor: Some(std::sync::Arc::new(
+                lance_io::object_store::StorageOptionsAccessor::with_static_options(options),
+            )),
+            ..Default::default()
+        };
+        let registry = std::sync::Arc::new(lance_io::object_store::ObjectStoreRegistry::default());
+        let (store, _) =
+            lance::io::ObjectStore::from_uri_and_params(registry, uri, &params).await.expect("a store for the uri");
+        store
+    }
+
+    #[tokio::test]
+    async fn a_window_is_one_put_locally_and_three_on_an_object_store() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let local = dir.path().to_str().expect("a utf-8 path");
+        assert_eq!(puts_per_window(&*store(local).await), 1);
+        assert_eq!(puts_per_window(&*store("memory:///t").await), 1);
+        assert_eq!(puts_per_window(&*store("s3://bucket/t.lance").await), 3);
+    }
 }

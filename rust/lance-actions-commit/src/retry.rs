@@ -4,7 +4,8 @@
 //! Writers that lose a race to the same version tend to lose it again together if they retry at
 //! once, so every retry waits a random time ("full jitter") in `[0, step)`, where the step starts
 //! at `base` and doubles per attempt up to `max_delay`. A loop that measured how long its colliding
-//! step took (for a commit, three of its manifest put: the requests of Lance's own attempt) tells its
+//! step took (for a commit, its lost manifest put: once on a local disk, three times on an object
+//! store, about the requests of Lance's own attempt there) tells its
 //! [`Attempts`] ([`Attempts::collided_over`]), and the steps are then three times that window,
 //! doubling, in place of `base`'s: writers that collided over a 60 ms object-store put gain nothing
 //! from retrying 2 ms apart, they collide again, and writers that collided over a 200 us put on a
@@ -16,7 +17,8 @@
 //! average (1.5, 3, ...). Measured on the whole commit call instead (listing, reading the writers
 //! in between, building the manifest), the waits were three to seven times Lance's, and at four writers
 //! the writer that kept losing finished three to four times later than the first
-//! (`design/benchmarks.md`, "Wait as long as the put took, three times").
+//! (`design/benchmarks.md`, "Wait as long as the put took, three times", and "One put on a local
+//! disk, three on an object store").
 //! The bound is one type, [`RetryPolicy`], so the commit loop, keyed writes and replay count
 //! attempts the same way and report the same number.
 //!
