@@ -30,7 +30,7 @@ fn is_source_location(part: &str) -> bool {
 }
 
 /// An instance of `lance_actions.errors.<class>` built from `message` and keyword attributes.
-fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
+pub fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import(ERRORS_MODULE)?.getattr(class)?;
         let kwargs = PyDict::new(py);

@@ -46,8 +46,10 @@ pub enum Error {
     #[snafu(display("{} constraint violation(s), nothing was written: {}", conflicts.len(), crate::conflict::summary(conflicts)))]
     Violations { conflicts: Vec<Conflict> },
 
-    #[snafu(display("graph branch '{branch}' moved while this {what} ran, {attempts} time(s); retry later"))]
-    Contention { branch: String, what: String, attempts: usize },
+    #[snafu(display(
+        "graph branch '{branch}' moved while this {what} ran, {attempts} time(s), the last because {last}; nothing of it was published: retry later"
+    ))]
+    Contention { branch: String, what: GraphOp, attempts: usize, last: Moved },
 
     #[snafu(display("{detail}"))]
     Unsupported { detail: String },
@@ -86,5 +88,61 @@ pub(crate) trait Context<T> {
 impl<T> Context<T> for std::result::Result<T, lance::Error> {
     fn lance(self, what: impl Into<String>) -> Result<T> {
         self.map_err(|source| Error::Lance { what: what.into(), source })
+    }
+}
+
+/// A graph operation that runs again when its branch or one of its tables moves under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphOp {
+    Init,
+    Write,
+    Merge,
+    IndexBuild,
+}
+
+impl std::fmt::Display for GraphOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GraphOp::Init => "init",
+            GraphOp::Write => "write",
+            GraphOp::Merge => "merge",
+            GraphOp::IndexBuild => "index build",
+        })
+    }
+}
+
+/// What moved under an attempt of a graph operation, so that it ran again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Moved {
+    /// Another writer published a new version of the branch between our read and our publish.
+    Branch,
+    /// Another writer committed to a type's table under ours (`why` in the table's terms;
+    /// `key_race`: its keys met ours, a concurrent insert of an id this write inserts).
+    Table { type_key: String, why: String, key_race: bool },
+}
+
+impl Moved {
+    /// A short name for the cause, stable for programs: `"branch_moved"` or `"table_moved"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Moved::Branch => "branch_moved",
+            Moved::Table { .. } => "table_moved",
+        }
+    }
+
+    /// Did a concurrent writer's keys meet this write's?
+    pub fn is_key_race(&self) -> bool {
+        matches!(self, Moved::Table { key_race: true, .. })
+    }
+}
+
+impl std::fmt::Display for Moved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Moved::Branch => f.write_str("another writer published to the branch first"),
+            Moved::Table { type_key, why, .. } => {
+                write!(f, "another writer committed to the table of {type_key} ({why})")
+            }
+        }
     }
 }

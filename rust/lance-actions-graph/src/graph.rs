@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphOp, Moved, Result};
 use crate::manifest::{self, GraphCommit, ManifestView, Publish, TableRef};
 use crate::schema::{GraphSchema, TypeDef};
 use crate::table::{self, Landed, TableWrite};
@@ -137,6 +137,7 @@ impl Graph {
     pub async fn write(&self, branch: &str, ops: Vec<WriteOp>) -> Result<WriteReport> {
         let plan = self.plan_write(&ops)?;
         let mut attempts = RetryPolicy::default().attempts();
+        let mut last = Moved::Branch;
         while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let head = view.head(branch)?.clone();
@@ -147,14 +148,20 @@ impl Graph {
                 return Err(Error::Violations { conflicts });
             }
             let writes: BTreeMap<String, TableWrite> = plan.iter().map(|(t, w)| (t.clone(), w.clone())).collect();
-            let Some(tables) = self.land(&head, branch, &writes, &Progress::default()).await? else { continue };
+            let tables = match self.land(&head, branch, &writes, &Progress::default()).await? {
+                Ok(tables) => tables,
+                Err(moved) => {
+                    last = moved;
+                    continue;
+                }
+            };
             let commit = GraphCommit::new(branch, vec![head.id.clone()], tables);
             match self.publish(branch, &head.id, &commit).await? {
                 true => return Ok(WriteReport { commit: commit.id, attempts: attempt }),
-                false => continue,
+                false => last = Moved::Branch,
             }
         }
-        Err(Error::Contention { branch: branch.into(), what: "write".into(), attempts: attempts.made() })
+        Err(Error::Contention { branch: branch.into(), what: GraphOp::Write, attempts: attempts.made(), last })
     }
 
     /// Group the ops by type, refusing unknown types and an id named twice in one write.
@@ -238,14 +245,14 @@ impl Graph {
         })
     }
 
-    /// Land each type's write; `None` when another writer interfered (the caller re-runs).
+    /// Land each type's write; `Err(Moved)` when another writer interfered (the caller re-runs).
     pub(crate) async fn land(
         &self,
         head: &GraphCommit,
         branch: &str,
         writes: &BTreeMap<String, TableWrite>,
         progress: &Progress,
-    ) -> Result<Option<BTreeMap<String, TableRef>>> {
+    ) -> Result<std::result::Result<BTreeMap<String, TableRef>, Moved>> {
         let mut tables = head.tables.clone();
         let total = writes.values().filter(|w| !w.is_empty()).count();
         for (i, (name, w)) in writes.iter().filter(|(_, w)| !w.is_empty()).enumerate() {
@@ -255,11 +262,13 @@ impl Graph {
                 Landed::At(r) => {
                     tables.insert(name.clone(), r);
                 }
-                Landed::Interfered => return Ok(None),
+                Landed::Interfered { why, key_race } => {
+                    return Ok(Err(Moved::Table { type_key: t.key(), why, key_race }));
+                }
             }
         }
         progress.tell("tables written", total, total);
-        Ok(Some(tables))
+        Ok(Ok(tables))
     }
 
     /// Publish `commit` as the new head of `branch` if its head is still `expected`.
@@ -277,30 +286,28 @@ impl Graph {
     /// version (maintenance: keyed writes and merges then take Lance's indexed paths).
     pub async fn index_keys(&self, branch: &str) -> Result<WriteReport> {
         let mut attempts = RetryPolicy::default().attempts();
-        while let Some(attempt) = attempts.next().await {
+        let mut last = Moved::Branch;
+        'attempt: while let Some(attempt) = attempts.next().await {
             let head = self.view().await?.head(branch)?.clone();
             let mut tables = head.tables.clone();
-            let mut interfered = false;
             for t in self.schema.types.values() {
                 match table::index_key(&self.root, t, self.table_ref(&head, t)?, branch).await? {
                     Landed::At(r) => {
                         tables.insert(t.name.clone(), r);
                     }
-                    Landed::Interfered => {
-                        interfered = true;
-                        break;
+                    Landed::Interfered { why, key_race } => {
+                        last = Moved::Table { type_key: t.key(), why, key_race };
+                        continue 'attempt;
                     }
                 }
-            }
-            if interfered {
-                continue;
             }
             let commit = GraphCommit::new(branch, vec![head.id.clone()], tables);
             if self.publish(branch, &head.id, &commit).await? {
                 return Ok(WriteReport { commit: commit.id, attempts: attempt });
             }
+            last = Moved::Branch;
         }
-        Err(Error::Contention { branch: branch.into(), what: "index build".into(), attempts: attempts.made() })
+        Err(Error::Contention { branch: branch.into(), what: GraphOp::IndexBuild, attempts: attempts.made(), last })
     }
 
     /// Every row of a type on a branch, ordered by id.
@@ -351,7 +358,9 @@ async fn publish_or_err(
 ) -> Result<()> {
     match manifest::publish(root, branch, expected, commit, new).await {
         Ok(()) => Ok(()),
-        Err(Publish::Moved) => Err(Error::Contention { branch: branch.into(), what: "init".into(), attempts: 1 }),
+        Err(Publish::Moved) => {
+            Err(Error::Contention { branch: branch.into(), what: GraphOp::Init, attempts: 1, last: Moved::Branch })
+        }
         Err(Publish::Failed(e)) => Err(e),
     }
 }

@@ -24,7 +24,7 @@ pub mod validate;
 pub mod value;
 
 pub use conflict::{Conflict, ConflictKind};
-pub use error::{Error, Result};
+pub use error::{Error, GraphOp, Moved, Result};
 pub use graph::{Graph, WriteOp, WriteReport};
 pub use lance_actions_commit::progress::{Progress, Tick};
 pub use merge::{Decision, MergeOptions, MergeReport, Outcome, Strategy, decide, merge_base};

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::conflict::{Conflict, ConflictKind};
 use crate::delta::{SideDelta, side_delta, side_delta_over};
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphOp, Moved, Result};
 use crate::graph::Graph;
 use crate::manifest::{self, GraphCommit, ManifestView};
 use crate::schema::TypeDef;
@@ -204,6 +204,7 @@ impl Graph {
             return Err(Error::SameBranch { name: source.to_string() });
         }
         let mut attempts = RetryPolicy::default().attempts();
+        let mut last = Moved::Branch;
         while let Some(attempt) = attempts.next().await {
             let view = self.view().await?;
             let s_head = view.head(source)?.clone();
@@ -258,7 +259,13 @@ impl Graph {
             let clock = std::time::Instant::now();
             let landed = self.land(&t_head, target, &writes, &opts.progress).await?;
             report.phases.push(("land", clock.elapsed()));
-            let Some(mut tables) = landed else { continue };
+            let mut tables = match landed {
+                Ok(tables) => tables,
+                Err(moved) => {
+                    last = moved;
+                    continue;
+                }
+            };
             for name in &staged.adopted {
                 tables.insert(name.clone(), s_head.tables[name].clone());
             }
@@ -270,8 +277,9 @@ impl Graph {
                 report.commit = Some(commit.id);
                 return Ok(report);
             }
+            last = Moved::Branch;
         }
-        Err(Error::Contention { branch: target.into(), what: "merge".into(), attempts: attempts.made() })
+        Err(Error::Contention { branch: target.into(), what: GraphOp::Merge, attempts: attempts.made(), last })
     }
 
     /// Classify every type and validate the merged candidate.

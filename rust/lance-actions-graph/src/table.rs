@@ -139,8 +139,12 @@ pub enum Landed {
     At(TableRef),
     /// Another writer's commit sits between the recorded version and ours (a concurrent insert of
     /// one of the keys, a keyed write that ran out of attempts, a version in between): discard the
-    /// write and run it again on a fresh read of the graph.
-    Interfered,
+    /// write and run it again on a fresh read of the graph. Says what happened, in the table's
+    /// terms, and whether the other writer's keys met ours.
+    Interfered {
+        why: String,
+        key_race: bool,
+    },
 }
 
 /// Land `w` on the table of `t` for graph branch `owner`, starting from exactly `r`.
@@ -156,7 +160,9 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 Ok(o) => record(o),
                 // Our own check against the recorded version found none of these ids: a key
                 // conflict here is an unpublished write of someone else on this Lance branch.
-                Err(KeyedError::KeyConflict { .. }) => return Ok(Landed::Interfered),
+                Err(e @ KeyedError::KeyConflict { .. }) => {
+                    return Ok(Landed::Interfered { why: e.to_string(), key_race: true });
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -164,7 +170,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     match &w.located {
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
-            Err(e) if e.is_interference() => return Ok(Landed::Interfered),
+            Err(e) if e.is_interference() => return Ok(Landed::Interfered { why: e.to_string(), key_race: false }),
             Err(e) => return Err(e.into()),
         },
         None => {
@@ -178,7 +184,8 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     }
     let consecutive = versions.iter().enumerate().all(|(i, v)| *v == start + 1 + i as u64);
     if !consecutive {
-        return Ok(Landed::Interfered);
+        let why = format!("it committed versions {versions:?} after version {start}: another commit came in between");
+        return Ok(Landed::Interfered { why, key_race: false });
     }
     let version = versions.last().copied().unwrap_or(start);
     Ok(Landed::At(TableRef { branch, version, owner: owner.to_string() }))
@@ -264,9 +271,16 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
         Ok((_, report)) if report.version == r.version + 1 => {
             Ok(Landed::At(TableRef { branch, version: report.version, owner: owner.to_string() }))
         }
-        Ok(_) => Ok(Landed::Interfered),
-        Err(lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. }) => {
-            Ok(Landed::Interfered)
+        Ok((_, report)) => Ok(Landed::Interfered {
+            why: format!(
+                "the index build landed at version {} rather than {}: another commit came in between",
+                report.version,
+                r.version + 1
+            ),
+            key_race: false,
+        }),
+        Err(e @ (lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. })) => {
+            Ok(Landed::Interfered { why: e.to_string(), key_race: false })
         }
         Err(source) => Err(Error::Commit { source }),
     }

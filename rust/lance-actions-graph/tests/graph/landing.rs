@@ -95,3 +95,29 @@ async fn a_source_update_in_a_fragment_the_target_emptied_is_delete_vs_update_an
     assert_eq!(files(dir.path()), before, "a conflicted merge wrote a file");
     assert_eq!(names(&g, "main").await.len(), 5);
 }
+
+/// A graph operation that gave up names what moved under its last attempt, in the user's terms:
+/// the branch (another writer published first) or a type's table (with the table's own words).
+#[test]
+fn contention_names_the_operation_and_what_moved_last() {
+    use lance_actions_graph::{Error, GraphOp, Moved};
+    let table = Moved::Table {
+        type_key: "node:Person".into(),
+        why: "keys already inserted concurrently".into(),
+        key_race: true,
+    };
+    let e = Error::Contention { branch: "main".into(), what: GraphOp::Merge, attempts: 20, last: table.clone() };
+    let text = e.to_string();
+    for part in
+        ["graph branch 'main'", "this merge ran, 20 time(s)", "node:Person", "keys already inserted", "retry later"]
+    {
+        assert!(text.contains(part), "{part:?} missing from {text:?}");
+    }
+    assert_eq!((table.kind(), table.is_key_race()), ("table_moved", true));
+    let branch =
+        Error::Contention { branch: "dev".into(), what: GraphOp::IndexBuild, attempts: 3, last: Moved::Branch };
+    let text = branch.to_string();
+    assert!(text.contains("index build") && text.contains("published to the branch first"), "{text}");
+    assert!(!text.contains("table"), "a branch that moved names no table: {text}");
+    assert_eq!((Moved::Branch.kind(), Moved::Branch.is_key_race()), ("branch_moved", false));
+}
