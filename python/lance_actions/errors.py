@@ -39,10 +39,11 @@ class ConflictError(LanceActionsError):
         that landed first was judged; ``reason`` holds that judgement as ``{"rule",
         "peer_version", ...}``), ``"version_taken"`` (the commit lost its write to another
         writer) or, for branch operations, ``"replayed_concurrently"``, ``"bases_added"``,
-        ``"branch_moved"``, ``"catalog_changed"`` or ``"delete_raced"``; for a graph write,
-        merge or index build, ``"branch_moved"`` (another writer published to the graph branch
-        first) or ``"table_moved"`` (another writer committed to one of its tables; ``text``
-        names the type). ``key_race`` is true when a concurrent writer's keys met this write's.
+        ``"branch_moved"``, ``"catalog_changed"`` or ``"delete_raced"``; for a graph write or
+        merge, ``"branch_moved"`` (another writer published to the graph branch first) or
+        ``"table_moved"`` (another writer committed to one of its tables; ``text`` names the
+        type, as ``node:Person``). ``key_race`` is true when a concurrent writer's keys met this
+        write's.
     """
 
     def __init__(

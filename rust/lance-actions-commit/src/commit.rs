@@ -588,9 +588,9 @@ impl Fixed {
 
 /// How many of its lost manifest puts a collision window spans: about Lance's own attempt after
 /// catching up. On an object store that attempt is three round trips as long as the put (the
-/// transaction file, the manifest put, the read that confirms another writer's version); on a
-/// local disk or in memory the put (writing the manifest and moving it into place) outweighs the
-/// rest, and one put measured best (`design/benchmarks.md`, "One put on a local disk, three on an
+/// transaction file, the manifest put, the read that confirms another writer's version). On a
+/// store Lance does not count as a cloud store (a local disk, memory) those are file operations,
+/// and one put measured best (`design/benchmarks.md`, "One put on a local disk, three on an
 /// object store").
 fn puts_per_window(store: &lance::io::ObjectStore) -> u32 {
     if store.is_cloud() { 3 } else { 1 }

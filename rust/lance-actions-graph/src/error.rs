@@ -47,7 +47,7 @@ pub enum Error {
     Violations { conflicts: Vec<Conflict> },
 
     #[snafu(display(
-        "graph branch '{branch}' moved while this {what} ran, {attempts} time(s), the last because {last}; nothing of it was published: retry later"
+        "this {what} on graph branch '{branch}' gave up after {attempts} attempt(s), the last because {last}; nothing of it was published: retry later"
     ))]
     Contention { branch: String, what: GraphOp, attempts: usize, last: Moved },
 
@@ -94,7 +94,6 @@ impl<T> Context<T> for std::result::Result<T, lance::Error> {
 /// A graph operation that runs again when its branch or one of its tables moves under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphOp {
-    Init,
     Write,
     Merge,
     IndexBuild,
@@ -103,7 +102,6 @@ pub enum GraphOp {
 impl std::fmt::Display for GraphOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            GraphOp::Init => "init",
             GraphOp::Write => "write",
             GraphOp::Merge => "merge",
             GraphOp::IndexBuild => "index build",

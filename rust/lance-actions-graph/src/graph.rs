@@ -76,7 +76,7 @@ impl Graph {
         }
         manifest::create(root, schema_text).await?;
         let commit = GraphCommit::new("main", vec![], tables);
-        publish_or_err(root, "main", None, &commit, true).await?;
+        publish_first(root, &commit).await?;
         Ok(Graph { root: root.to_string(), schema })
     }
 
@@ -349,18 +349,12 @@ fn check_row(t: &TypeDef, r: &Row) -> Result<()> {
     Ok(())
 }
 
-async fn publish_or_err(
-    root: &str,
-    branch: &str,
-    expected: Option<&str>,
-    commit: &GraphCommit,
-    new: bool,
-) -> Result<()> {
-    match manifest::publish(root, branch, expected, commit, new).await {
+/// Publish a new graph's first version as `main`; another init that published first makes this
+/// one's graph the existing one.
+async fn publish_first(root: &str, commit: &GraphCommit) -> Result<()> {
+    match manifest::publish(root, "main", None, commit, true).await {
         Ok(()) => Ok(()),
-        Err(Publish::Moved) => {
-            Err(Error::Contention { branch: branch.into(), what: GraphOp::Init, attempts: 1, last: Moved::Branch })
-        }
+        Err(Publish::Moved) => Err(Error::GraphExists { root: root.to_string() }),
         Err(Publish::Failed(e)) => Err(e),
     }
 }

@@ -237,7 +237,10 @@ impl Graph {
                         report.commit = Some(s_head.id.clone());
                         return Ok(report);
                     }
-                    Err(manifest::Publish::Moved) => continue,
+                    Err(manifest::Publish::Moved) => {
+                        last = Moved::Branch;
+                        continue;
+                    }
                     Err(manifest::Publish::Failed(e)) => return Err(e),
                 }
             }

@@ -160,8 +160,9 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 Ok(o) => record(o),
                 // Our own check against the recorded version found none of these ids: a key
                 // conflict here is an unpublished write of someone else on this Lance branch.
-                Err(e @ KeyedError::KeyConflict { .. }) => {
-                    return Ok(Landed::Interfered { why: e.to_string(), key_race: true });
+                Err(KeyedError::KeyConflict { keys, cause }) => {
+                    let why = format!("{} key(s) {cause}: {keys}", keys.count);
+                    return Ok(Landed::Interfered { why, key_race: true });
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -170,7 +171,14 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     match &w.located {
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
-            Err(e) if e.is_interference() => return Ok(Landed::Interfered { why: e.to_string(), key_race: false }),
+            // The graph locates the rows again itself: the table's own advice is not the user's.
+            Err(KeyedError::Contention { last, .. }) => {
+                return Ok(Landed::Interfered { why: last.to_string(), key_race: last.is_key_race() });
+            }
+            Err(KeyedError::AddressesOutdated { version, last }) => {
+                let why = format!("the rows it located at v{version} moved: {last}");
+                return Ok(Landed::Interfered { why, key_race: last.is_key_race() });
+            }
             Err(e) => return Err(e.into()),
         },
         None => {
@@ -184,7 +192,12 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
     }
     let consecutive = versions.iter().enumerate().all(|(i, v)| *v == start + 1 + i as u64);
     if !consecutive {
-        let why = format!("it committed versions {versions:?} after version {start}: another commit came in between");
+        let landed: Vec<String> = versions.iter().map(|v| format!("v{v}")).collect();
+        let why = format!(
+            "this write's commits landed at {} rather than from v{}: another writer's commit came in between",
+            landed.join(", "),
+            start + 1
+        );
         return Ok(Landed::Interfered { why, key_race: false });
     }
     let version = versions.last().copied().unwrap_or(start);
@@ -279,9 +292,10 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
             ),
             key_race: false,
         }),
-        Err(e @ (lance_actions_commit::CommitError::Retry { .. } | lance_actions_commit::CommitError::Fail { .. })) => {
-            Ok(Landed::Interfered { why: e.to_string(), key_race: false })
-        }
+        Err(
+            lance_actions_commit::CommitError::Retry { reason, .. }
+            | lance_actions_commit::CommitError::Fail { reason, .. },
+        ) => Ok(Landed::Interfered { why: reason.to_string(), key_race: false }),
         Err(source) => Err(Error::Commit { source }),
     }
 }

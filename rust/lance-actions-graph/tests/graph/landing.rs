@@ -108,9 +108,12 @@ fn contention_names_the_operation_and_what_moved_last() {
     };
     let e = Error::Contention { branch: "main".into(), what: GraphOp::Merge, attempts: 20, last: table.clone() };
     let text = e.to_string();
-    for part in
-        ["graph branch 'main'", "this merge ran, 20 time(s)", "node:Person", "keys already inserted", "retry later"]
-    {
+    for part in [
+        "this merge on graph branch 'main' gave up after 20 attempt(s)",
+        "node:Person",
+        "keys already inserted",
+        "retry later",
+    ] {
         assert!(text.contains(part), "{part:?} missing from {text:?}");
     }
     assert_eq!((table.kind(), table.is_key_race()), ("table_moved", true));
