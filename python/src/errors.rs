@@ -30,7 +30,18 @@ fn is_source_location(part: &str) -> bool {
 }
 
 /// An instance of `lance_actions.errors.<class>` built from `message` and keyword attributes.
-pub fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
+/// `Retry` for a write that gave up after `attempts`, with why its last attempt ran again (`last`,
+/// as `lance_actions_commit::json::interference_parts` builds it).
+pub fn gave_up(py: Python<'_>, message: String, attempts: usize, last: Value) -> PyErr {
+    raise(
+        py,
+        "Retry",
+        message.clone(),
+        json!({"reason": message, "rule": "Contention", "attempts": attempts, "last": last}),
+    )
+}
+
+fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import(ERRORS_MODULE)?.getattr(class)?;
         let kwargs = PyDict::new(py);
@@ -139,13 +150,9 @@ pub fn keyed_error(py: Python<'_>, e: lance_actions_keyed::Error) -> PyErr {
             raise(py, "KeysNotFound", message, json!({"keys": keys.first, "count": keys.count}))
         }
         E::TableExists { .. } => pyo3::exceptions::PyFileExistsError::new_err(message),
-        E::Contention { attempts, last } => raise(
-            py,
-            "Retry",
-            message.clone(),
-            json!({"reason": message, "rule": "Contention", "attempts": attempts,
-                   "last": lance_actions_commit::json::interference(&last)}),
-        ),
+        E::Contention { attempts, last } => {
+            gave_up(py, message, attempts, lance_actions_commit::json::interference(&last))
+        }
         E::AddressesOutdated { last, .. } => raise(
             py,
             "Retry",
@@ -181,12 +188,7 @@ pub fn replay_error(py: Python<'_>, e: lance_actions_replay::Error) -> PyErr {
                 last.reason(),
                 last.is_key_race(),
             );
-            raise(
-                py,
-                "Retry",
-                message.clone(),
-                json!({"reason": message, "rule": "Contention", "attempts": attempts, "last": last}),
-            )
+            gave_up(py, message, attempts, last)
         }
         E::NameRace { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
         E::Model { .. } | E::Names { .. } => PyRuntimeError::new_err(message),

@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyRuntimeError, P
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 
-use crate::errors::{commit_error, keyed_error, lance_error, merge_conflict_with, raise, user_message};
+use crate::errors::{commit_error, gave_up, keyed_error, lance_error, merge_conflict_with, user_message};
 use crate::keyed::batches_of;
 use crate::runtime::block_on;
 
@@ -31,12 +31,7 @@ fn graph_error(py: Python<'_>, e: lance_actions_graph::Error) -> PyErr {
                 None,
                 last.is_key_race(),
             );
-            raise(
-                py,
-                "Retry",
-                message.clone(),
-                json!({"reason": message, "rule": "Contention", "attempts": attempts, "last": last}),
-            )
+            gave_up(py, message, attempts, last)
         }
         E::Corrupt { .. } | E::Io { .. } | E::Arrow { .. } => PyRuntimeError::new_err(message),
         // Schema, unknown types, bad rows, branch names, ids already present: the caller's input.
