@@ -176,7 +176,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 return Ok(Landed::Interfered { why: last.to_string(), key_race: last.is_key_race() });
             }
             Err(KeyedError::AddressesOutdated { version, last }) => {
-                let why = format!("the rows it located at v{version} moved: {last}");
+                let why = format!("the rows this write located at v{version} moved: {last}");
                 return Ok(Landed::Interfered { why, key_race: last.is_key_race() });
             }
             Err(e) => return Err(e.into()),
@@ -286,7 +286,7 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
         }
         Ok((_, report)) => Ok(Landed::Interfered {
             why: format!(
-                "the index build landed at version {} rather than {}: another commit came in between",
+                "the index build landed at v{} rather than v{}: another writer's commit came in between",
                 report.version,
                 r.version + 1
             ),
