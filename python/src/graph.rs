@@ -28,7 +28,7 @@ fn graph_error(py: Python<'_>, e: lance_actions_graph::Error) -> PyErr {
             let last = lance_actions_commit::json::interference_parts(
                 last.kind(),
                 &last.to_string(),
-                None,
+                last.reason(),
                 last.is_key_race(),
             );
             gave_up(py, message, attempts, last)

@@ -115,8 +115,9 @@ pub enum Moved {
     /// Another writer published a new version of the branch between our read and our publish.
     Branch,
     /// Another writer committed to a type's table under ours (`why` in the table's terms;
-    /// `key_race`: its keys met ours, a concurrent insert of an id this write inserts).
-    Table { type_key: String, why: String, key_race: bool },
+    /// `key_race`: its keys met ours, a concurrent insert of an id this write inserts; `judged`:
+    /// the judgement of that writer's commit against ours, when one was made).
+    Table { type_key: String, why: String, key_race: bool, judged: Option<Box<lance_actions::Reason>> },
 }
 
 impl Moved {
@@ -131,6 +132,14 @@ impl Moved {
     /// Did a concurrent writer's keys meet this write's?
     pub fn is_key_race(&self) -> bool {
         matches!(self, Moved::Table { key_race: true, .. })
+    }
+
+    /// The judgement of the other writer's commit against ours, when one was made.
+    pub fn reason(&self) -> Option<&lance_actions::Reason> {
+        match self {
+            Moved::Table { judged, .. } => judged.as_deref(),
+            Moved::Branch => None,
+        }
     }
 }
 

@@ -262,8 +262,8 @@ impl Graph {
                 Landed::At(r) => {
                     tables.insert(name.clone(), r);
                 }
-                Landed::Interfered { why, key_race } => {
-                    return Ok(Err(Moved::Table { type_key: t.key(), why, key_race }));
+                Landed::Interfered { why, key_race, judged } => {
+                    return Ok(Err(Moved::Table { type_key: t.key(), why, key_race, judged }));
                 }
             }
         }
@@ -295,8 +295,8 @@ impl Graph {
                     Landed::At(r) => {
                         tables.insert(t.name.clone(), r);
                     }
-                    Landed::Interfered { why, key_race } => {
-                        last = Moved::Table { type_key: t.key(), why, key_race };
+                    Landed::Interfered { why, key_race, judged } => {
+                        last = Moved::Table { type_key: t.key(), why, key_race, judged };
                         continue 'attempt;
                     }
                 }

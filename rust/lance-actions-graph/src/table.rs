@@ -140,10 +140,11 @@ pub enum Landed {
     /// Another writer's commit sits between the recorded version and ours (a concurrent insert of
     /// one of the keys, a keyed write that ran out of attempts, a version in between): discard the
     /// write and run it again on a fresh read of the graph. Says what happened, in the table's
-    /// terms, and whether the other writer's keys met ours.
+    /// terms, whether the other writer's keys met ours, and the judgement when one was made.
     Interfered {
         why: String,
         key_race: bool,
+        judged: Option<Box<lance_actions::Reason>>,
     },
 }
 
@@ -162,7 +163,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 // conflict here is an unpublished write of someone else on this Lance branch.
                 Err(KeyedError::KeyConflict { keys, cause }) => {
                     let why = format!("{} key(s) {cause}: {keys}", keys.count);
-                    return Ok(Landed::Interfered { why, key_race: true });
+                    return Ok(Landed::Interfered { why, key_race: true, judged: None });
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -172,12 +173,9 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
             // The graph locates the rows again itself: the table's own advice is not the user's.
-            Err(KeyedError::Contention { last, .. }) => {
-                return Ok(Landed::Interfered { why: last.to_string(), key_race: last.is_key_race() });
-            }
+            Err(KeyedError::Contention { last, .. }) => return Ok(interfered(last.to_string(), &last)),
             Err(KeyedError::AddressesOutdated { version, last }) => {
-                let why = format!("the rows this write located at v{version} moved: {last}");
-                return Ok(Landed::Interfered { why, key_race: last.is_key_race() });
+                return Ok(interfered(format!("the rows this write located at v{version} moved: {last}"), &last));
             }
             Err(e) => return Err(e.into()),
         },
@@ -198,10 +196,16 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
             landed.join(", "),
             start + 1
         );
-        return Ok(Landed::Interfered { why, key_race: false });
+        return Ok(Landed::Interfered { why, key_race: false, judged: None });
     }
     let version = versions.last().copied().unwrap_or(start);
     Ok(Landed::At(TableRef { branch, version, owner: owner.to_string() }))
+}
+
+/// A table write that a concurrent writer ended, said in `why`, with what the keyed layer knows of
+/// that writer.
+fn interfered(why: String, last: &lance_actions_commit::Interference) -> Landed {
+    Landed::Interfered { why, key_race: last.is_key_race(), judged: last.reason().cloned().map(Box::new) }
 }
 
 /// A keyed table handle on a Lance branch `owner` may append to, whose head is `r`.
@@ -291,11 +295,12 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
                 r.version + 1
             ),
             key_race: false,
+            judged: None,
         }),
         Err(
             lance_actions_commit::CommitError::Retry { reason, .. }
             | lance_actions_commit::CommitError::Fail { reason, .. },
-        ) => Ok(Landed::Interfered { why: reason.to_string(), key_race: false }),
+        ) => Ok(Landed::Interfered { why: reason.to_string(), key_race: false, judged: Some(Box::new(reason)) }),
         Err(source) => Err(Error::Commit { source }),
     }
 }

@@ -105,6 +105,7 @@ fn contention_names_the_operation_and_what_moved_last() {
         type_key: "node:Person".into(),
         why: "keys already inserted concurrently".into(),
         key_race: true,
+        judged: None,
     };
     let e = Error::Contention { branch: "main".into(), what: GraphOp::Merge, attempts: 20, last: table.clone() };
     let text = e.to_string();
@@ -116,7 +117,7 @@ fn contention_names_the_operation_and_what_moved_last() {
     ] {
         assert!(text.contains(part), "{part:?} missing from {text:?}");
     }
-    assert_eq!((table.kind(), table.is_key_race()), ("table_moved", true));
+    assert_eq!((table.kind(), table.is_key_race(), table.reason()), ("table_moved", true, None));
     let branch =
         Error::Contention { branch: "dev".into(), what: GraphOp::IndexBuild, attempts: 3, last: Moved::Branch };
     let text = branch.to_string();
