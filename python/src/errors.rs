@@ -30,6 +30,47 @@ fn is_source_location(part: &str) -> bool {
 }
 
 /// An instance of `lance_actions.errors.<class>` built from `message` and keyword attributes.
+/// Why a layer's last attempt ran again, as its error carries it (replay's interference, a graph's
+/// moved branch or table): the parts Python's `Retry.last` shows.
+pub trait LastCause: std::fmt::Display {
+    fn kind(&self) -> &'static str;
+    fn reason(&self) -> Option<&Reason>;
+    fn is_key_race(&self) -> bool;
+
+    fn to_json(&self) -> Value {
+        lance_actions_commit::json::interference_parts(
+            self.kind(),
+            &self.to_string(),
+            self.reason(),
+            self.is_key_race(),
+        )
+    }
+}
+
+impl LastCause for lance_actions_replay::Interference {
+    fn kind(&self) -> &'static str {
+        lance_actions_replay::Interference::kind(self)
+    }
+    fn reason(&self) -> Option<&Reason> {
+        lance_actions_replay::Interference::reason(self)
+    }
+    fn is_key_race(&self) -> bool {
+        lance_actions_replay::Interference::is_key_race(self)
+    }
+}
+
+impl LastCause for lance_actions_graph::Moved {
+    fn kind(&self) -> &'static str {
+        lance_actions_graph::Moved::kind(self)
+    }
+    fn reason(&self) -> Option<&Reason> {
+        lance_actions_graph::Moved::reason(self)
+    }
+    fn is_key_race(&self) -> bool {
+        lance_actions_graph::Moved::is_key_race(self)
+    }
+}
+
 /// `Retry` for a write that gave up after `attempts`, with why its last attempt ran again (`last`,
 /// as `lance_actions_commit::json::interference_parts` builds it).
 pub fn gave_up(py: Python<'_>, message: String, attempts: usize, last: Value) -> PyErr {
@@ -181,15 +222,7 @@ pub fn replay_error(py: Python<'_>, e: lance_actions_replay::Error) -> PyErr {
         E::Commit { source } => commit_error(py, source),
         E::Layer { source } => layer_error(source),
         E::Lance { source, .. } => lance_error(message, &source),
-        E::Contention { attempts, last, .. } => {
-            let last = lance_actions_commit::json::interference_parts(
-                last.kind(),
-                &last.to_string(),
-                last.reason(),
-                last.is_key_race(),
-            );
-            gave_up(py, message, attempts, last)
-        }
+        E::Contention { attempts, last, .. } => gave_up(py, message, attempts, last.to_json()),
         E::NameRace { .. } => raise(py, "Retry", message.clone(), json!({"reason": message, "rule": "Contention"})),
         E::Model { .. } | E::Names { .. } => PyRuntimeError::new_err(message),
         // Unknown or existing branch names, versions outside a history, a non-fast-forward, a

@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyRuntimeError, P
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 
-use crate::errors::{commit_error, gave_up, keyed_error, lance_error, merge_conflict_with, user_message};
+use crate::errors::{LastCause, commit_error, gave_up, keyed_error, lance_error, merge_conflict_with, user_message};
 use crate::keyed::batches_of;
 use crate::runtime::block_on;
 
@@ -24,15 +24,7 @@ fn graph_error(py: Python<'_>, e: lance_actions_graph::Error) -> PyErr {
         E::Keyed { source } => keyed_error(py, source),
         E::Commit { source } => commit_error(py, source),
         E::Lance { source, .. } => lance_error(message, &source),
-        E::Contention { attempts, last, .. } => {
-            let last = lance_actions_commit::json::interference_parts(
-                last.kind(),
-                &last.to_string(),
-                last.reason(),
-                last.is_key_race(),
-            );
-            gave_up(py, message, attempts, last)
-        }
+        E::Contention { attempts, last, .. } => gave_up(py, message, attempts, last.to_json()),
         E::Corrupt { .. } | E::Io { .. } | E::Arrow { .. } => PyRuntimeError::new_err(message),
         // Schema, unknown types, bad rows, branch names, ids already present: the caller's input.
         _ => PyValueError::new_err(message),
