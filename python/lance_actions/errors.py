@@ -42,8 +42,8 @@ class ConflictError(LanceActionsError):
         ``"branch_moved"``, ``"catalog_changed"`` or ``"delete_raced"``; for a graph write or
         merge, ``"branch_moved"`` (another writer published to the graph branch first) or
         ``"table_moved"`` (another writer committed to one of its tables; ``text`` names the
-        type, as ``node:Person``, and ``reason`` holds the table's judgement when one was made). ``key_race`` is true when a concurrent writer's keys met this
-        write's.
+        type, as ``node:Person``, and ``reason`` holds the table's judgement when one was made).
+        ``key_race`` is true when a concurrent writer's keys met this write's.
     """
 
     def __init__(

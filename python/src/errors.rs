@@ -29,7 +29,6 @@ fn is_source_location(part: &str) -> bool {
     numbers.len() == 2 && numbers.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// An instance of `lance_actions.errors.<class>` built from `message` and keyword attributes.
 /// Why a layer's last attempt ran again, as its error carries it (replay's interference, a graph's
 /// moved branch or table): the parts Python's `Retry.last` shows.
 pub trait LastCause: std::fmt::Display {
@@ -82,6 +81,7 @@ pub fn gave_up(py: Python<'_>, message: String, attempts: usize, last: Value) ->
     )
 }
 
+/// An instance of `lance_actions.errors.<class>` built from `message` and keyword attributes.
 fn raise(py: Python<'_>, class: &str, message: String, attrs: Value) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import(ERRORS_MODULE)?.getattr(class)?;

@@ -262,9 +262,7 @@ impl Graph {
                 Landed::At(r) => {
                     tables.insert(name.clone(), r);
                 }
-                Landed::Interfered { why, key_race, judged } => {
-                    return Ok(Err(Moved::Table { type_key: t.key(), why, key_race, judged }));
-                }
+                Landed::Interfered(moved) => return Ok(Err(moved)),
             }
         }
         progress.tell("tables written", total, total);
@@ -295,8 +293,8 @@ impl Graph {
                     Landed::At(r) => {
                         tables.insert(t.name.clone(), r);
                     }
-                    Landed::Interfered { why, key_race, judged } => {
-                        last = Moved::Table { type_key: t.key(), why, key_race, judged };
+                    Landed::Interfered(moved) => {
+                        last = moved;
                         continue 'attempt;
                     }
                 }

@@ -18,7 +18,7 @@ use lance::Dataset;
 use lance_actions_keyed::{Error as KeyedError, KeyedTable, Located, WriteOutcome};
 use rand::Rng;
 
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Error, Moved, Result};
 use crate::manifest::TableRef;
 use crate::schema::TypeDef;
 use crate::value::{Row, quote, row_id, rows_from_batch, rows_to_batch};
@@ -139,13 +139,9 @@ pub enum Landed {
     At(TableRef),
     /// Another writer's commit sits between the recorded version and ours (a concurrent insert of
     /// one of the keys, a keyed write that ran out of attempts, a version in between): discard the
-    /// write and run it again on a fresh read of the graph. Says what happened, in the table's
-    /// terms, whether the other writer's keys met ours, and the judgement when one was made.
-    Interfered {
-        why: String,
-        key_race: bool,
-        judged: Option<Box<lance_actions::Reason>>,
-    },
+    /// write and run it again on a fresh read of the graph. Always a [`Moved::Table`]: what
+    /// happened, in the table's terms, as the operation's error names it if it gives up.
+    Interfered(Moved),
 }
 
 /// Land `w` on the table of `t` for graph branch `owner`, starting from exactly `r`.
@@ -163,7 +159,7 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
                 // conflict here is an unpublished write of someone else on this Lance branch.
                 Err(KeyedError::KeyConflict { keys, cause }) => {
                     let why = format!("{} key(s) {cause}: {keys}", keys.count);
-                    return Ok(Landed::Interfered { why, key_race: true, judged: None });
+                    return Ok(table_moved(t, why, true, None));
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -173,9 +169,9 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
         Some(at) => match table.replace_at(vec![rows_to_batch(t, &w.upserts)?], located(w, at)?).await {
             Ok(o) => record(o),
             // The graph locates the rows again itself: the table's own advice is not the user's.
-            Err(KeyedError::Contention { last, .. }) => return Ok(interfered(last.to_string(), &last)),
+            Err(KeyedError::Contention { last, .. }) => return Ok(moved_by(t, last.to_string(), &last)),
             Err(KeyedError::AddressesOutdated { version, last }) => {
-                return Ok(interfered(format!("the rows this write located at v{version} moved: {last}"), &last));
+                return Ok(moved_by(t, format!("the rows this write located at v{version} moved: {last}"), &last));
             }
             Err(e) => return Err(e.into()),
         },
@@ -196,16 +192,20 @@ pub async fn apply(root: &str, t: &TypeDef, r: &TableRef, owner: &str, w: &Table
             landed.join(", "),
             start + 1
         );
-        return Ok(Landed::Interfered { why, key_race: false, judged: None });
+        return Ok(table_moved(t, why, false, None));
     }
     let version = versions.last().copied().unwrap_or(start);
     Ok(Landed::At(TableRef { branch, version, owner: owner.to_string() }))
 }
 
-/// A table write that a concurrent writer ended, said in `why`, with what the keyed layer knows of
-/// that writer.
-fn interfered(why: String, last: &lance_actions_commit::Interference) -> Landed {
-    Landed::Interfered { why, key_race: last.is_key_race(), judged: last.reason().cloned().map(Box::new) }
+/// Another writer ended the write to `t`'s table, as `why` says.
+fn table_moved(t: &TypeDef, why: String, key_race: bool, judged: Option<lance_actions::Reason>) -> Landed {
+    Landed::Interfered(Moved::Table { type_key: t.key(), why, key_race, judged: judged.map(Box::new) })
+}
+
+/// [`table_moved`], with what the keyed layer knows of the writer that ended it.
+fn moved_by(t: &TypeDef, why: String, last: &lance_actions_commit::Interference) -> Landed {
+    table_moved(t, why, last.is_key_race(), last.reason().cloned())
 }
 
 /// A keyed table handle on a Lance branch `owner` may append to, whose head is `r`.
@@ -288,19 +288,18 @@ pub async fn index_key(root: &str, t: &TypeDef, r: &TableRef, owner: &str) -> Re
         Ok((_, report)) if report.version == r.version + 1 => {
             Ok(Landed::At(TableRef { branch, version: report.version, owner: owner.to_string() }))
         }
-        Ok((_, report)) => Ok(Landed::Interfered {
-            why: format!(
+        Ok((_, report)) => {
+            let why = format!(
                 "the index build landed at v{} rather than v{}: another writer's commit came in between",
                 report.version,
                 r.version + 1
-            ),
-            key_race: false,
-            judged: None,
-        }),
+            );
+            Ok(table_moved(t, why, false, None))
+        }
         Err(
             lance_actions_commit::CommitError::Retry { reason, .. }
             | lance_actions_commit::CommitError::Fail { reason, .. },
-        ) => Ok(Landed::Interfered { why: reason.to_string(), key_race: false, judged: Some(Box::new(reason)) }),
+        ) => Ok(table_moved(t, reason.to_string(), false, Some(reason))),
         Err(source) => Err(Error::Commit { source }),
     }
 }
