@@ -16,7 +16,7 @@ use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::transaction::{Transaction, TransactionBuilder};
 use lance_actions::driver::{Peer, PeerCheck, Prepared};
-use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_prepared};
+use lance_actions::{ActionTxn, AnyAction, Inputs, Verdict, codec, lower, resolve_prepared, resolve_without_peers};
 use lance_core::utils::deletion::DeletionVector;
 use lance_select::RowAddrTreeMap;
 use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
@@ -453,8 +453,9 @@ impl ActionCommit {
     }
 
     /// Everything the attempts share, fixed once: our actions with the caller's rows and restore
-    /// targets attached and the driver's preparation of them, the properties, the read version and
-    /// its state, the handler to wrap. Nothing is listed: the first attempt's listing is the only one.
+    /// targets attached, the properties, the read version and its state, the handler to wrap (the
+    /// driver's preparation of our actions waits for the first peer, [`Fixed::prepared`]). Nothing
+    /// is listed: the first attempt's listing is the only one.
     async fn prepare(
         &self,
         read_version: u64,
@@ -474,13 +475,12 @@ impl ActionCommit {
         };
         let base = table_state(&at_read).await?;
         let inner = self.inner_handler().await?;
-        let prepared = Prepared::of(&ours);
         debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
         let rows_trusted = self.rows_trusted;
         let store = self.dataset.object_store(None).await.map_err(lance_err("opening the object store"))?;
         Ok(Fixed {
             ours,
-            prepared,
+            prepared: std::sync::OnceLock::new(),
             uuid,
             tag,
             properties,
@@ -555,8 +555,9 @@ impl ActionCommit {
 /// What every attempt of one commit shares.
 struct Fixed {
     ours: ActionTxn,
-    /// The driver's per-transaction work (masks, screen), done once for every attempt.
-    prepared: Prepared,
+    /// The driver's per-transaction work (masks, screen), done once, at the first attempt that
+    /// meets a peer ([`Fixed::prepared`]).
+    prepared: std::sync::OnceLock<Prepared>,
     uuid: String,
     tag: Option<String>,
     properties: HashMap<String, String>,
@@ -574,6 +575,12 @@ struct Fixed {
 }
 
 impl Fixed {
+    /// Our side prepared for judging peers. An attempt with no peer (every commit of a lone
+    /// writer) judges without it ([`resolve_without_peers`]).
+    fn prepared(&self) -> &Prepared {
+        self.prepared.get_or_init(|| Prepared::of(&self.ours))
+    }
+
     /// Lance lists the versions since one by probing each (a request per version: a store whose
     /// listing is not in order, such as a local disk or S3 Express, read through Lance's version
     /// hint), not with one ordered listing (S3, GCS, Azure). Lance's own test of the store
@@ -827,7 +834,11 @@ fn drive_on(
     }
     let head = head.unwrap_or(&fixed.base);
     let inputs = Inputs { base: &fixed.base, head: Some(head), peers, facts };
-    let (verdict, checks) = resolve_prepared(txn, &fixed.prepared, &inputs);
+    let (verdict, checks) = if peers.is_empty() {
+        (resolve_without_peers(txn, &inputs), Vec::new())
+    } else {
+        resolve_prepared(txn, fixed.prepared(), &inputs)
+    };
     debug_assert!(checks.len() <= peers.len(), "at most one check per peer");
     (verdict, checks)
 }
@@ -1331,7 +1342,7 @@ impl JudgeAtWrite {
         peers: &[Peer],
         appended: &HashSet<String>,
     ) -> Option<lance_actions::TableState> {
-        if !peers.iter().all(|peer| self.fixed.prepared.rules_out(peer)) {
+        if !peers.iter().all(|peer| self.fixed.prepared().rules_out(peer)) {
             return None;
         }
         // Lance hands no index list for a table without indices (`write_manifest_file`).
@@ -1394,7 +1405,7 @@ impl JudgeAtWrite {
         let mut files: HashMap<u64, _> =
             at_judged.into_iter().map(|(id, fragment)| (id, fragment.deletion_file.clone())).collect();
         for peer in peers.iter().filter(|p| p.version > judged.version) {
-            if self.fixed.prepared.rules_out(peer) {
+            if self.fixed.prepared().rules_out(peer) {
                 continue;
             }
             if peer.txn.context.shell != lance_actions::OperationKind::Delete {

@@ -32,7 +32,9 @@ pub mod verdict;
 
 pub use action::{Action, ActionKind, AnyAction, NoFacts, RebaseFacts};
 pub use context::{OperationKind, TxnContext};
-pub use driver::{Inputs, Peer, Prepared, Resolution, judge_peer, resolve, resolve_in_place, resolve_prepared};
+pub use driver::{
+    Inputs, Peer, Prepared, Resolution, judge_peer, resolve, resolve_in_place, resolve_prepared, resolve_without_peers,
+};
 pub use error::{Error, Result};
 pub use life::ActionLife;
 pub use path::{ManifestPath, Mask};
