@@ -433,6 +433,7 @@ impl ActionCommit {
                     report.version = ds.manifest().version;
                     // After the put: this writer's time, not the table's (`known`).
                     crate::known::remember_landed(&ds).await;
+                    crate::states::remember_landed(&ds);
                     return Ok((*ds, report.ended(began, &attempts)));
                 }
                 Written::LostRace(lost) => {
@@ -473,7 +474,7 @@ impl ActionCommit {
         } else {
             Arc::new(self.dataset.checkout_version(read_version).await.map_err(lance_err("opening the read version"))?)
         };
-        let base = table_state(&at_read).await?;
+        let base = crate::states::state_of(&at_read).await?;
         let inner = self.inner_handler().await?;
         debug_assert!(inner.same_as_dataset || inner.from_uri, "a caller's handler is the dataset's");
         let rows_trusted = self.rows_trusted;
@@ -562,7 +563,7 @@ struct Fixed {
     tag: Option<String>,
     properties: HashMap<String, String>,
     at_read: Arc<Dataset>,
-    base: lance_actions::TableState,
+    base: Arc<lance_actions::TableState>,
     inner: InnerHandler,
     /// The caller judged the actions up to the read version itself
     /// ([`ActionCommit::judged_up_to_read_version`]).
@@ -816,8 +817,8 @@ async fn drive(
     facts: &DeletionFacts,
     txn: &mut ActionTxn,
 ) -> CommitResult<(Verdict, Vec<PeerCheck>)> {
-    let head_state = if peers.is_empty() { None } else { Some(table_state(latest).await?) };
-    Ok(drive_on(fixed, head_state.as_ref(), peers, facts, txn))
+    let head_state = if peers.is_empty() { None } else { Some(crate::states::state_of(latest).await?) };
+    Ok(drive_on(fixed, head_state.as_deref(), peers, facts, txn))
 }
 
 /// [`drive`] on a head state in hand (`None`: no peer, the head is the base).
@@ -1284,7 +1285,7 @@ impl JudgeAtWrite {
         let (head_state, head_read_back, handle) = match self.head_read_back(built, &lent.log.peers) {
             Some(state) => {
                 self.debug_check_read_back(&state, head_version).await;
-                (state, true, self.judged_at.clone())
+                (Arc::new(state), true, self.judged_at.clone())
             }
             None => {
                 let head = Arc::new(
@@ -1293,7 +1294,7 @@ impl JudgeAtWrite {
                         .await
                         .map_err(lance_err("reading the latest version"))?,
                 );
-                (table_state(&head).await?, false, head)
+                (crate::states::state_of(&head).await?, false, head)
             }
         };
         lent.facts.load_more(&handle, &self.fixed.base, &txn, &lent.log.peers, self.fixed.rows_trusted).await?;

@@ -27,6 +27,7 @@ pub mod retry;
 #[cfg(feature = "samples")]
 pub mod scenario;
 pub mod staged_delete;
+pub mod states;
 pub mod storage;
 
 pub use commit::{ActionCommit, CommitError, CommitReport, DatasetActionsExt};

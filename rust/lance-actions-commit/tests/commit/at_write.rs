@@ -897,3 +897,39 @@ async fn a_commit_of_lances_own_is_lifted_each_time_and_never_remembered() {
     assert_eq!(total, 32 - 1);
     assert!(!seen.contains(&3));
 }
+
+/// A version's table state is remembered under its transaction file: a table made again at the
+/// same uri and brought to the same version is read, not taken from the first table, and a commit
+/// on it lands on the new table's rows.
+#[tokio::test]
+async fn a_table_made_again_at_the_same_uri_is_judged_on_its_own_state() {
+    use lance_actions_commit::{judge::table_state, states::state_of};
+    let fragment_ids = |s: &lance_actions::TableState| s.fragments.keys().copied().collect::<Vec<_>>();
+    let (_dir, uri, ds) = sample().await;
+    let staged = Stage::Append(100..103).on(&ds, "a").await;
+    let (first, _) = ds.action_commit().execute(staged).await.expect("lands");
+    let version = first.manifest().version;
+    let remembered = state_of(&first).await.expect("the first table's state");
+    assert!(Arc::ptr_eq(&remembered, &state_of(&first).await.expect("again")), "found, not read again");
+
+    std::fs::remove_dir_all(&uri).expect("remove the first table");
+    let mut again = create_sample(&uri).await.expect("the table made again");
+    let mut deleted = 0;
+    while again.manifest().version < version {
+        let staged = stage_delete(&again, "b", &format!("id = {deleted}")).await.expect("stage").txn;
+        again = Arc::new(CommitBuilder::new(again.clone()).execute(staged).await.expect("Lance's delete"));
+        deleted += 1;
+    }
+    assert_eq!(again.manifest().version, version, "the same version number");
+    let read = state_of(&again).await.expect("the new table's state");
+    assert!(!Arc::ptr_eq(&read, &remembered));
+    assert_eq!(fragment_ids(&read), fragment_ids(&table_state(&again).await.expect("read")));
+    assert_ne!(fragment_ids(&read), fragment_ids(&remembered), "the first table had one more fragment");
+
+    let staged = Stage::Append(200..202).on(&again, "c").await;
+    again.action_commit().execute(staged).await.expect("lands");
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 - deleted + 2);
+    assert!(seen.contains(&200) && seen.contains(&201));
+    assert!(!seen.contains(&100), "nothing of the first table");
+}

@@ -1,0 +1,217 @@
+//! The table states ([`TableState`]: a version's manifest and its index list, as the model sees
+//! them) of versions this process has already read or committed.
+//!
+//! Every commit reads the state of its read version, and under contention the state of each head
+//! it judges. The manifest is in hand, but the index list comes from Lance's session cache, whose
+//! lookup (a formatted key, a Moka entry) took 5 to 7 us of the 7 to 9 a one-writer append spent
+//! on its read version's state (`design/benchmarks.md`). A version's state never changes, and writers
+//! commit on each other's versions: each remembers the state of the version its own commit landed
+//! (after the put, so outside any window), and the next commit on that version, its own or another
+//! writer's of the process, finds it here.
+//!
+//! * A hit requires the same table uri, version and transaction file (named after the committing
+//!   transaction's uuid): a table removed and made again at the same uri is told apart by it. A
+//!   version without a transaction file is never remembered.
+//! * A state is remembered as a reader of storage gets it. Lance's in-memory index list of a
+//!   version it just committed keeps each index's creation time to the nanosecond, where storage
+//!   keeps milliseconds; the list is passed through Lance's own encoding ([`as_stored`]), so a
+//!   commit gets the same state whether it read the version or found it here.
+//! * Debug builds read the state again on every hit and compare.
+//! * Bounded, oldest first out: at most [`MAX_STATES`] states and [`MAX_FRAGMENTS`] fragments in
+//!   all. A state shares its manifest's fragment list (which Lance's session cache holds too), and
+//!   one of more fragments than that is read each time.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use lance::Dataset;
+use lance_actions::TableState;
+
+use crate::error::Result;
+use crate::judge::table_state;
+
+/// States remembered at most.
+pub const MAX_STATES: usize = 64;
+/// Fragments, over all remembered states, at most (tens of megabytes of fragment metadata).
+pub const MAX_FRAGMENTS: usize = 100_000;
+
+/// One committed version: its table, number and transaction file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    uri: String,
+    version: u64,
+    transaction_file: String,
+}
+
+impl Key {
+    /// `None` for a version without a transaction file: nothing tells it apart from a version of
+    /// the same number of a table made again at the same uri.
+    fn of(dataset: &Dataset) -> Option<Self> {
+        let manifest = dataset.manifest();
+        let transaction_file = manifest.transaction_file.clone()?;
+        Some(Self { uri: dataset.uri().to_string(), version: manifest.version, transaction_file })
+    }
+}
+
+#[derive(Debug, Default)]
+struct States {
+    states: HashMap<Key, Arc<TableState>>,
+    /// Insertion order, oldest first: the eviction order.
+    order: VecDeque<Key>,
+    /// Fragments over all remembered states.
+    fragments: usize,
+}
+
+impl States {
+    fn insert(&mut self, key: Key, state: Arc<TableState>) {
+        let size = state.fragments.len();
+        if size > MAX_FRAGMENTS || self.states.contains_key(&key) {
+            return;
+        }
+        while self.states.len() >= MAX_STATES || self.fragments + size > MAX_FRAGMENTS {
+            let Some(oldest) = self.order.pop_front() else { break };
+            if let Some(gone) = self.states.remove(&oldest) {
+                self.fragments -= gone.fragments.len();
+            }
+        }
+        self.fragments += size;
+        self.order.push_back(key.clone());
+        self.states.insert(key, state);
+        debug_assert_eq!(self.states.len(), self.order.len(), "one order entry per state");
+        debug_assert!(self.states.len() <= MAX_STATES && self.fragments <= MAX_FRAGMENTS, "within the bounds");
+    }
+}
+
+/// The lock, even when a thread panicked holding it: every change under it keeps the bound.
+fn lock() -> std::sync::MutexGuard<'static, States> {
+    static STATES: OnceLock<Mutex<States>> = OnceLock::new();
+    STATES.get_or_init(Mutex::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The state of `dataset`'s version: remembered, or read ([`table_state`]) and then remembered.
+pub async fn state_of(dataset: &Dataset) -> Result<Arc<TableState>> {
+    let key = Key::of(dataset);
+    let hit = key.as_ref().and_then(|key| lock().states.get(key).cloned());
+    if let Some(state) = hit {
+        debug_check(dataset, &state).await;
+        return Ok(state);
+    }
+    let mut state = table_state(dataset).await?;
+    let Some(key) = key.filter(|_| as_stored(&mut state)) else { return Ok(Arc::new(state)) };
+    let state = Arc::new(state);
+    lock().insert(key, state.clone());
+    Ok(state)
+}
+
+/// Pass `state`'s index list through Lance's encoding of it (what a manifest on storage holds);
+/// false, and the list left as read, if Lance cannot decode its own encoding (never expected:
+/// such a state is then not remembered).
+fn as_stored(state: &mut TableState) -> bool {
+    use lance_table::format::{IndexMetadata, pb};
+    let stored: Result<Vec<IndexMetadata>, _> =
+        state.indices.iter().map(|index| IndexMetadata::try_from(pb::IndexMetadata::from(index))).collect();
+    match stored {
+        Ok(stored) => {
+            state.indices = stored;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Remember the state of the version our commit landed as `landed`. On a multi-threaded Tokio
+/// runtime as a task of its own, so that it delays neither the table's next commit nor this one's
+/// return; on a current-thread runtime nothing is read (a task would run only when this writer
+/// next waits, and the next commit reads the state itself). A state that cannot be read is not
+/// remembered.
+pub fn remember_landed(landed: &Dataset) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread || Key::of(landed).is_none() {
+        return;
+    }
+    let landed = landed.clone();
+    drop(runtime.spawn(async move {
+        let _ = state_of(&landed).await;
+    }));
+}
+
+/// Debug builds: a remembered state is what reading the version gives. Every field the model
+/// reads is compared.
+async fn debug_check(dataset: &Dataset, remembered: &TableState) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Ok(mut read) = table_state(dataset).await else { return };
+    as_stored(&mut read);
+    debug_assert_eq!(remembered.version, read.version, "a remembered state: version");
+    debug_assert!(remembered.fragments == read.fragments, "a remembered state: fragments");
+    debug_assert_eq!(remembered.max_fragment_id, read.max_fragment_id, "a remembered state: high-water mark");
+    debug_assert_eq!(remembered.no_fragment_id_yet, read.no_fragment_id_yet, "a remembered state: first id");
+    debug_assert_eq!(remembered.schema, read.schema, "a remembered state: schema");
+    debug_assert_eq!(remembered.indices, read.indices, "a remembered state: indices");
+    debug_assert_eq!(remembered.config, read.config, "a remembered state: config");
+    debug_assert_eq!(remembered.table_metadata, read.table_metadata, "a remembered state: table metadata");
+    debug_assert_eq!(remembered.bases, read.bases, "a remembered state: bases");
+    debug_assert_eq!(remembered.replaced_by_txn, read.replaced_by_txn, "a remembered state: replaced");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(version: u64) -> Key {
+        Key { uri: "memory://t".into(), version, transaction_file: format!("{version}-u.txn") }
+    }
+
+    fn state(version: u64) -> Arc<TableState> {
+        state_of_size(version, 0)
+    }
+
+    fn state_of_size(version: u64, fragments: u64) -> Arc<TableState> {
+        let mut state = TableState::empty(lance_core::datatypes::Schema::default());
+        state.version = version;
+        for id in 0..fragments {
+            state.fragments.insert(id, lance_table::format::Fragment::new(id));
+        }
+        Arc::new(state)
+    }
+
+    #[test]
+    fn fragments_are_bounded_over_all_states() {
+        let mut states = States::default();
+        let big = MAX_FRAGMENTS as u64 / 3 + 1;
+        for version in 0..3 {
+            states.insert(key(version), state_of_size(version, big));
+        }
+        assert_eq!(states.states.len(), 2, "the third pushed the first out");
+        assert!(!states.states.contains_key(&key(0)));
+        assert_eq!(states.fragments, 2 * big as usize);
+        states.insert(key(9), state_of_size(9, MAX_FRAGMENTS as u64 + 1));
+        assert!(!states.states.contains_key(&key(9)), "a state over the bound is not remembered");
+        assert_eq!(states.states.len(), 2, "and pushes nothing out");
+    }
+
+    #[test]
+    fn the_oldest_state_goes_first_and_the_bound_holds() {
+        let mut states = States::default();
+        for version in 0..(MAX_STATES as u64 + 5) {
+            states.insert(key(version), state(version));
+        }
+        assert_eq!(states.states.len(), MAX_STATES);
+        assert!(!states.states.contains_key(&key(4)), "the five oldest are gone");
+        assert!(states.states.contains_key(&key(5)));
+        assert_eq!(states.states[&key(MAX_STATES as u64 + 4)].version, MAX_STATES as u64 + 4);
+    }
+
+    #[test]
+    fn a_state_is_found_only_under_its_own_transaction_file() {
+        let mut states = States::default();
+        states.insert(key(3), state(3));
+        let remade = Key { transaction_file: "3-other.txn".into(), ..key(3) };
+        assert!(states.states.contains_key(&key(3)));
+        assert!(!states.states.contains_key(&remade), "a table made again at the uri is another table");
+        // The first reading stays: a version's state never changes.
+        states.insert(key(3), state(99));
+        assert_eq!(states.states[&key(3)].version, 3);
+    }
+}
