@@ -1560,6 +1560,10 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 /// rows handed to it only for a fragment a writer past our head changed, which the judgement at
 /// the write then checks here.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts, peers: &[Peer]) {
+    // Only a vector change declares rows: without one, the peers' fragments are not worth listing.
+    if !txn.actions.iter().any(|a| matches!(a, AnyAction::UpdateDeletionVector(_))) {
+        return;
+    }
     let touched = crate::deletions::fragments_touched_by(peers);
     for action in txn.actions.iter_mut() {
         let AnyAction::UpdateDeletionVector(u) = action else { continue };
