@@ -9,9 +9,12 @@
 //! (after the put, so outside any window), and the next commit on that version, its own or another
 //! writer's of the process, finds it here.
 //!
-//! * A hit requires the same table uri, version and transaction file (named after the committing
-//!   transaction's uuid): a table removed and made again at the same uri is told apart by it. A
-//!   version without a transaction file is never remembered.
+//! * A hit requires the same table uri, version, transaction file (named after the committing
+//!   transaction's uuid) and manifest timestamp (nanoseconds, the same in memory and on storage):
+//!   a table removed and made again at the same uri is told apart by them, even when a caller
+//!   committed to both with one transaction uuid. A version without a transaction file (Lance
+//!   names none, or an empty one in its in-memory result, when transaction files are off) is never
+//!   remembered.
 //! * A state is remembered as a reader of storage gets it. Lance's in-memory index list of a
 //!   version it just committed keeps each index's creation time to the nanosecond, where storage
 //!   keeps milliseconds; the list is passed through Lance's own encoding ([`as_stored`]), so a
@@ -35,21 +38,28 @@ pub const MAX_STATES: usize = 64;
 /// Fragments, over all remembered states, at most (tens of megabytes of fragment metadata).
 pub const MAX_FRAGMENTS: usize = 100_000;
 
-/// One committed version: its table, number and transaction file.
+/// One committed version: its table, number, transaction file and timestamp.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     uri: String,
     version: u64,
     transaction_file: String,
+    timestamp_nanos: u128,
 }
 
 impl Key {
-    /// `None` for a version without a transaction file: nothing tells it apart from a version of
-    /// the same number of a table made again at the same uri.
+    /// `None` for a version without a transaction file (Lance's in-memory result names an empty
+    /// one when transaction files are off): too little tells it apart from a version of the same
+    /// number of a table made again at the same uri.
     fn of(dataset: &Dataset) -> Option<Self> {
         let manifest = dataset.manifest();
-        let transaction_file = manifest.transaction_file.clone()?;
-        Some(Self { uri: dataset.uri().to_string(), version: manifest.version, transaction_file })
+        let transaction_file = manifest.transaction_file.clone().filter(|name| !name.is_empty())?;
+        Some(Self {
+            uri: dataset.uri().to_string(),
+            version: manifest.version,
+            transaction_file,
+            timestamp_nanos: manifest.timestamp_nanos,
+        })
     }
 }
 
@@ -96,10 +106,22 @@ pub async fn state_of(dataset: &Dataset) -> Result<Arc<TableState>> {
         debug_check(dataset, &state).await;
         return Ok(state);
     }
+    read_and_remember(dataset, key).await
+}
+
+/// Read the state of `dataset`'s version, its index list as storage holds it, and remember it under
+/// `key` (none: not remembered).
+async fn read_and_remember(dataset: &Dataset, key: Option<Key>) -> Result<Arc<TableState>> {
     let mut state = table_state(dataset).await?;
-    let Some(key) = key.filter(|_| as_stored(&mut state)) else { return Ok(Arc::new(state)) };
+    // An index without details is a legacy one whose details Lance infers from its files on each
+    // load, and leaves unset when that fails: such a reading may differ next time, so it is not
+    // remembered.
+    let settled = state.indices.iter().all(|index| index.index_details.is_some());
+    let storable = as_stored(&mut state) && settled;
     let state = Arc::new(state);
-    lock().insert(key, state.clone());
+    if let Some(key) = key.filter(|_| storable) {
+        lock().insert(key, state.clone());
+    }
     Ok(state)
 }
 
@@ -126,12 +148,17 @@ fn as_stored(state: &mut TableState) -> bool {
 /// remembered.
 pub fn remember_landed(landed: &Dataset) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread || Key::of(landed).is_none() {
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return;
     }
+    let Some(key) = Key::of(landed) else { return };
     let landed = landed.clone();
+    // Not through `state_of`: a debug check failing in this task would go unseen. A state another
+    // writer already remembered is left as it is (the next commit's lookup checks it).
     drop(runtime.spawn(async move {
-        let _ = state_of(&landed).await;
+        if !lock().states.contains_key(&key) {
+            let _ = read_and_remember(&landed, Some(key)).await;
+        }
     }));
 }
 
@@ -160,7 +187,7 @@ mod tests {
     use super::*;
 
     fn key(version: u64) -> Key {
-        Key { uri: "memory://t".into(), version, transaction_file: format!("{version}-u.txn") }
+        Key { uri: "memory://t".into(), version, transaction_file: format!("{version}-u.txn"), timestamp_nanos: 1 }
     }
 
     fn state(version: u64) -> Arc<TableState> {
@@ -208,8 +235,10 @@ mod tests {
         let mut states = States::default();
         states.insert(key(3), state(3));
         let remade = Key { transaction_file: "3-other.txn".into(), ..key(3) };
+        let same_uuid_later = Key { timestamp_nanos: 2, ..key(3) };
         assert!(states.states.contains_key(&key(3)));
         assert!(!states.states.contains_key(&remade), "a table made again at the uri is another table");
+        assert!(!states.states.contains_key(&same_uuid_later), "even when committed with the same uuid");
         // The first reading stays: a version's state never changes.
         states.insert(key(3), state(99));
         assert_eq!(states.states[&key(3)].version, 3);

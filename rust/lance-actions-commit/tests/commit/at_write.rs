@@ -933,3 +933,36 @@ async fn a_table_made_again_at_the_same_uri_is_judged_on_its_own_state() {
     assert!(seen.contains(&200) && seen.contains(&201));
     assert!(!seen.contains(&100), "nothing of the first table");
 }
+
+/// A caller that commits with a fixed transaction uuid to a table, then to the table made again at
+/// the same uri, lands two versions of one number and one transaction file name: the manifests'
+/// timestamps tell their states apart.
+#[tokio::test]
+async fn one_transaction_uuid_on_a_table_made_again_is_not_taken_for_the_first() {
+    use lance_actions_commit::{judge::table_state, states::state_of};
+    let data_files = |s: &lance_actions::TableState| {
+        s.fragments.values().flat_map(|f| f.files.iter().map(|d| d.path.clone())).collect::<Vec<_>>()
+    };
+    let uuid = "0f0f0f0f-0000-4000-8000-000000000001";
+    let (_dir, uri, ds) = sample().await;
+    let mut staged = Stage::Append(100..103).on(&ds, "a").await;
+    staged.uuid = uuid.to_string();
+    let (first, _) = ds.action_commit().execute(staged).await.expect("lands");
+    let remembered = state_of(&first).await.expect("the first table's state");
+
+    std::fs::remove_dir_all(&uri).expect("remove the first table");
+    let again = create_sample(&uri).await.expect("the table made again");
+    let mut staged = Stage::Append(200..202).on(&again, "b").await;
+    staged.uuid = uuid.to_string();
+    let (second, _) = again.action_commit().execute(staged).await.expect("lands");
+    assert_eq!(second.manifest().version, first.manifest().version, "the same version number");
+    assert_eq!(second.manifest().transaction_file, first.manifest().transaction_file, "and file name");
+
+    let read = state_of(&second).await.expect("the new table's state");
+    assert!(!Arc::ptr_eq(&read, &remembered));
+    assert_eq!(data_files(&read), data_files(&table_state(&second).await.expect("read")));
+    assert_ne!(data_files(&read), data_files(&remembered), "the appended file is the second table's");
+    let (seen, total) = scan_ids(&*latest(&uri).await).await;
+    assert_eq!(total, 32 + 2);
+    assert!(seen.contains(&200) && !seen.contains(&100));
+}
