@@ -1561,7 +1561,7 @@ fn replay_provenance_allowed(ours: &ActionTxn, key: &str, value: &str) -> bool {
 /// the write then checks here.
 fn verify_declared_rows(txn: &mut ActionTxn, base: &lance_actions::TableState, facts: &DeletionFacts, peers: &[Peer]) {
     // Only a vector change declares rows: without one, the peers' fragments are not worth listing.
-    if !txn.actions.iter().any(|a| matches!(a, AnyAction::UpdateDeletionVector(_))) {
+    if crate::deletions::vector_changes(txn).next().is_none() {
         return;
     }
     let touched = crate::deletions::fragments_touched_by(peers);

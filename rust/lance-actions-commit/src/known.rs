@@ -27,12 +27,13 @@
 //! own IO dwarfs its decoding). The lock is held only to look up or insert: lists are shared out and
 //! copied after it is released.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use lance::Dataset;
 use lance::dataset::transaction::Transaction;
 use lance_actions::{ActionTxn, codec};
+
+use crate::oldest_first::OldestFirst;
 
 /// Transactions remembered at most.
 pub const MAX_ENTRIES: usize = 4_096;
@@ -56,13 +57,16 @@ struct Remembered {
     list: ActionTxn,
 }
 
-#[derive(Debug, Default)]
+/// The lists, weighed by the bytes of their encoding.
+#[derive(Debug)]
 struct Known {
-    lists: HashMap<Key, Arc<Remembered>>,
-    /// Insertion order, oldest first: the eviction order.
-    order: VecDeque<Key>,
-    /// Bytes of encoding over all remembered lists.
-    bytes: usize,
+    lists: OldestFirst<Key, Arc<Remembered>>,
+}
+
+impl Default for Known {
+    fn default() -> Self {
+        Self { lists: OldestFirst::new(MAX_ENTRIES, MAX_BYTES) }
+    }
 }
 
 impl Known {
@@ -75,27 +79,10 @@ impl Known {
             Some(old) if old.encoded == remembered.encoded => return,
             // Another encoding under the same key (a staged transaction committed again, on a table
             // made again): the newest reading replaces it.
-            Some(_) => self.forget(&key),
+            Some(_) => self.lists.remove(&key),
             None => {}
         }
-        while self.lists.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
-            let Some(oldest) = self.order.pop_front() else { break };
-            if let Some(gone) = self.lists.remove(&oldest) {
-                self.bytes -= gone.encoded.len();
-            }
-        }
-        self.bytes += size;
-        self.order.push_back(key.clone());
-        self.lists.insert(key, remembered);
-        debug_assert_eq!(self.lists.len(), self.order.len(), "one order entry per list");
-        debug_assert!(self.lists.len() <= MAX_ENTRIES && self.bytes <= MAX_BYTES, "within the bounds");
-    }
-
-    fn forget(&mut self, key: &Key) {
-        if let Some(gone) = self.lists.remove(key) {
-            self.bytes -= gone.encoded.len();
-            self.order.retain(|k| k != key);
-        }
+        self.lists.insert(key, remembered, size);
     }
 
     /// The list remembered under `key`, shared out (copied by the caller, after the lock).
@@ -204,7 +191,7 @@ mod tests {
         assert_eq!(known.lists.len(), MAX_ENTRIES);
         assert!(!known.lists.contains_key(&k(0)), "the oldest left");
         assert!(known.lists.contains_key(&k(1)) && known.lists.contains_key(&k(MAX_ENTRIES as u64)));
-        assert_eq!(known.bytes, MAX_ENTRIES);
+        assert_eq!(known.lists.weight(), MAX_ENTRIES);
     }
 
     #[test]
@@ -215,7 +202,7 @@ mod tests {
         for v in 0..fit as u64 + 3 {
             known.insert(k(v), entry(per));
         }
-        assert_eq!(known.bytes, MAX_BYTES);
+        assert_eq!(known.lists.weight(), MAX_BYTES);
         assert_eq!(known.lists.len(), fit);
         assert!(!known.lists.contains_key(&k(2)) && known.lists.contains_key(&k(3)), "the three oldest left");
     }
@@ -224,11 +211,11 @@ mod tests {
     fn a_list_too_large_is_not_remembered_and_one_remembered_is_not_replaced() {
         let mut known = Known::default();
         known.insert(k(1), entry(MAX_BYTES_PER_ENTRY + 1));
-        assert!(known.lists.is_empty() && known.bytes == 0);
+        assert!(known.lists.len() == 0 && known.lists.weight() == 0);
         known.insert(k(1), entry(1));
         known.insert(k(1), entry(1));
-        assert_eq!(known.lists[&k(1)].encoded.len(), 1);
-        assert_eq!((known.order.len(), known.bytes), (1, 1));
+        assert_eq!(known.lists.get(&k(1)).map(|r| r.encoded.len()), Some(1));
+        assert_eq!((known.lists.order().len(), known.lists.weight()), (1, 1));
     }
 
     #[test]
@@ -237,8 +224,8 @@ mod tests {
         known.insert(k(1), entry(1));
         known.insert(k(2), entry(1));
         known.insert(k(1), entry(3));
-        assert_eq!(known.lists[&k(1)].encoded.len(), 3);
-        assert_eq!(known.order, [k(2), k(1)], "the newest reading is the newest entry");
-        assert_eq!(known.bytes, 4);
+        assert_eq!(known.lists.get(&k(1)).map(|r| r.encoded.len()), Some(3));
+        assert_eq!(known.lists.order(), &[k(2), k(1)], "the newest reading is the newest entry");
+        assert_eq!(known.lists.weight(), 4);
     }
 }

@@ -20,6 +20,7 @@ pub mod json;
 pub mod judge;
 pub mod known;
 pub mod location;
+mod oldest_first;
 pub mod oracle;
 pub mod presence;
 pub mod progress;

@@ -24,7 +24,6 @@
 //!   all. A state shares its manifest's fragment list (which Lance's session cache holds too), and
 //!   one of more fragments than that is read each time.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use lance::Dataset;
@@ -32,6 +31,7 @@ use lance_actions::TableState;
 
 use crate::error::Result;
 use crate::judge::table_state;
+use crate::oldest_first::OldestFirst;
 
 /// States remembered at most.
 pub const MAX_STATES: usize = 64;
@@ -63,32 +63,25 @@ impl Key {
     }
 }
 
-#[derive(Debug, Default)]
+/// The states, weighed by their fragments.
+#[derive(Debug)]
 struct States {
-    states: HashMap<Key, Arc<TableState>>,
-    /// Insertion order, oldest first: the eviction order.
-    order: VecDeque<Key>,
-    /// Fragments over all remembered states.
-    fragments: usize,
+    states: OldestFirst<Key, Arc<TableState>>,
+}
+
+impl Default for States {
+    fn default() -> Self {
+        Self { states: OldestFirst::new(MAX_STATES, MAX_FRAGMENTS) }
+    }
 }
 
 impl States {
+    /// A version's state never changes: the first reading stays.
     fn insert(&mut self, key: Key, state: Arc<TableState>) {
-        let size = state.fragments.len();
-        if size > MAX_FRAGMENTS || self.states.contains_key(&key) {
-            return;
+        if !self.states.contains_key(&key) {
+            let size = state.fragments.len();
+            self.states.insert(key, state, size);
         }
-        while self.states.len() >= MAX_STATES || self.fragments + size > MAX_FRAGMENTS {
-            let Some(oldest) = self.order.pop_front() else { break };
-            if let Some(gone) = self.states.remove(&oldest) {
-                self.fragments -= gone.fragments.len();
-            }
-        }
-        self.fragments += size;
-        self.order.push_back(key.clone());
-        self.states.insert(key, state);
-        debug_assert_eq!(self.states.len(), self.order.len(), "one order entry per state");
-        debug_assert!(self.states.len() <= MAX_STATES && self.fragments <= MAX_FRAGMENTS, "within the bounds");
     }
 }
 
@@ -212,7 +205,7 @@ mod tests {
         }
         assert_eq!(states.states.len(), 2, "the third pushed the first out");
         assert!(!states.states.contains_key(&key(0)));
-        assert_eq!(states.fragments, 2 * big as usize);
+        assert_eq!(states.states.weight(), 2 * big as usize);
         states.insert(key(9), state_of_size(9, MAX_FRAGMENTS as u64 + 1));
         assert!(!states.states.contains_key(&key(9)), "a state over the bound is not remembered");
         assert_eq!(states.states.len(), 2, "and pushes nothing out");
@@ -227,7 +220,7 @@ mod tests {
         assert_eq!(states.states.len(), MAX_STATES);
         assert!(!states.states.contains_key(&key(4)), "the five oldest are gone");
         assert!(states.states.contains_key(&key(5)));
-        assert_eq!(states.states[&key(MAX_STATES as u64 + 4)].version, MAX_STATES as u64 + 4);
+        assert_eq!(states.states.get(&key(MAX_STATES as u64 + 4)).map(|s| s.version), Some(MAX_STATES as u64 + 4));
     }
 
     #[test]
@@ -241,6 +234,6 @@ mod tests {
         assert!(!states.states.contains_key(&same_uuid_later), "even when committed with the same uuid");
         // The first reading stays: a version's state never changes.
         states.insert(key(3), state(99));
-        assert_eq!(states.states[&key(3)].version, 3);
+        assert_eq!(states.states.get(&key(3)).map(|s| s.version), Some(3));
     }
 }
