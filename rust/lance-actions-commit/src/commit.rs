@@ -429,10 +429,10 @@ impl ActionCommit {
             reassemble_reuse_entries(&latest, &fixed.base, &mut txn).await?;
             let op = lower(&txn).map_err(|source| CommitError::Lower { source })?;
             match write_attempt(&fixed, &latest, txn, op, entry, &mut state, &mut report).await? {
-                Written::Landed(ds) => {
+                Written::Landed { dataset: ds, as_written } => {
                     report.version = ds.manifest().version;
                     // After the put: this writer's time, not the table's (`known`).
-                    crate::known::remember_landed(&ds).await;
+                    crate::known::remember_landed(&ds, &fixed.uuid, as_written).await;
                     crate::states::remember_landed(&ds);
                     return Ok((*ds, report.ended(began, &attempts)));
                 }
@@ -881,7 +881,11 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
 
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
-    Landed(Box<Dataset>),
+    /// `as_written`: our list and its encoding, when Lance committed our transaction as we built it.
+    Landed {
+        dataset: Box<Dataset>,
+        as_written: Option<crate::known::WrittenList>,
+    },
     LostRace(LostRace),
 }
 
@@ -921,7 +925,8 @@ async fn write_attempt(
     );
     let head = latest.manifest().version;
     let mut props = fixed.properties.clone();
-    props.insert(codec::PROPERTY_KEY.to_string(), codec::encode_property(&txn));
+    let encoded = codec::encode_property(&txn);
+    props.insert(codec::PROPERTY_KEY.to_string(), encoded.clone());
     props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
     let eligible = JudgeAtWrite::eligible(fixed, &op);
     let lance_txn = TransactionBuilder::new(head, op)
@@ -933,7 +938,9 @@ async fn write_attempt(
     // A delete judged at the write hands Lance its rows, so that Lance's rebase merges its vectors
     // with a writer's instead of refusing; the judgement checks the merge (`JudgeAtWrite`).
     let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
-    let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state) } else { None };
+    let judge =
+        if eligible { JudgeAtWrite::lend(fixed, latest, txn.clone(), &lance_txn, rows.is_some(), state) } else { None };
+    let as_written = crate::known::WrittenList { list: txn, encoded };
     let rows = rows.filter(|_| judge.is_some());
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());
@@ -956,10 +963,14 @@ async fn write_attempt(
     if let (Err(_), Some(version)) = (&result, record.written()) {
         // Written, but Lance failed afterwards (for example reading it back): it landed.
         let ds = latest.checkout_version(version).await.map_err(lance_err("opening the landed version"))?;
-        return Ok(Written::Landed(Box::new(ds)));
+        return Ok(Written::Landed { dataset: Box::new(ds), as_written: None });
     }
     match (result, record) {
-        (Ok(ds), _) => Ok(Written::Landed(Box::new(ds))),
+        // At `head + 1` Lance found no writer to rebase over: it committed the transaction we built.
+        (Ok(ds), _) => {
+            let as_written = (ds.manifest().version == head + 1).then_some(as_written);
+            Ok(Written::Landed { dataset: Box::new(ds), as_written })
+        }
         // Lance could not tell whether the manifest it handed over landed (the store answered a
         // conflict, and reading the version back failed).
         (Err(e), _) if e.is_commit_status_unknown() => {

@@ -5,8 +5,9 @@
 //! the write decodes the writers Lance's listing found inside the window between that listing and
 //! the manifest put, where every microsecond delays the table's next commit. Writers in one process
 //! (a server's request handlers) commit to the same tables and meet each other's commits as peers:
-//! each decodes its own commit once, after its put landed (outside any window), and every other
-//! writer of the process finds it here instead of decoding it again.
+//! each remembers its own commit's list once its put landed (outside any window; as written, or
+//! decoded, [`remember_landed`]), and every other writer of the process finds it here instead of
+//! decoding it again.
 //!
 //! What is remembered is exactly what decoding gives, on every hit:
 //! * Only lists this project encoded (the `lance-actions.v1` property) are remembered. Their content
@@ -122,18 +123,42 @@ fn decode_and_remember(key: Key, encoded: &str, txn: &Transaction) -> Result<Arc
     Ok(remembered)
 }
 
-/// Remember the list of the transaction our commit landed as `landed`'s version, decoded from the
-/// transaction Lance committed (in `landed`'s session cache right after the commit; when it is not
-/// there, nothing is read and nothing remembered). Called after the put, so the decoding never
-/// delays the table's next commit. On a multi-threaded Tokio runtime it does not delay the commit's
-/// return either: it runs as a task of its own, when a worker is free (Tokio may keep it on the
-/// writer's worker until the writer next waits, for its next IO). It was about 26 us of an append's
-/// 450 in the commit bench at one writer (`design/benchmarks.md`). Another writer that needs the
-/// list before it is remembered decodes it itself, as it would without this module. On a
-/// current-thread runtime a task would only run when this writer next waits, on the same thread: it
-/// decodes here.
-pub async fn remember_landed(landed: &Dataset) {
+/// Our list as we wrote it: the actions we lowered into the operation Lance committed, and their
+/// encoding, the transaction property a reader decodes.
+#[derive(Debug)]
+pub struct WrittenList {
+    pub list: ActionTxn,
+    pub encoded: String,
+}
+
+/// Remember the list of the transaction our commit landed as `landed`'s version.
+///
+/// * `written`, our list as we wrote it, when Lance committed our transaction as we built it (no
+///   writer landed in between, so Lance's rebase did not run) and the list is one whose decoding
+///   gives it back ([`codec::decodes_to_itself`]: fragments, rows and ids, the key filters and
+///   deletion files taken from an operation that is the one we lowered): it is remembered as it
+///   is, without decoding. Decoding cost about 20 us of a one-writer append's own
+///   time (`design/benchmarks.md`, seventeenth session), work Tokio ran on the writer's own worker
+///   as soon as the writer next waited (a task spawned from a worker waits in that worker's slot,
+///   which other workers do not take from). Debug builds decode the committed transaction and
+///   compare.
+/// * Otherwise (Lance rebased our transaction over writers it admitted at the write) it is decoded
+///   from the transaction Lance committed (in `landed`'s session cache right after the commit;
+///   when it is not there, nothing is read and nothing remembered), in a task of its own on a
+///   multi-threaded runtime, here on a current-thread one.
+///
+/// Called after the put, so it never delays the table's next commit. Another writer that needs the
+/// list before it is remembered decodes it itself, as it would without this module.
+pub async fn remember_landed(landed: &Dataset, uuid: &str, written: Option<WrittenList>) {
     let version = landed.manifest().version;
+    if let Some(written) = written.filter(|w| codec::decodes_to_itself(&w.list)) {
+        let key = Key { uri: landed.uri().to_string(), version, uuid: uuid.to_string() };
+        if cfg!(debug_assertions) {
+            debug_check_written(landed, &key, &written).await;
+        }
+        lock().insert(key, Arc::new(Remembered { encoded: written.encoded, list: written.list }));
+        return;
+    }
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
     let uri = landed.uri().to_string();
     let decode = move || remember(&uri, version, &txn);
@@ -142,6 +167,18 @@ pub async fn remember_landed(landed: &Dataset) {
             drop(runtime.spawn(async move { decode() }));
         }
         _ => decode(),
+    }
+}
+
+/// Debug builds: our list as written is what decoding the transaction Lance committed gives, under
+/// the committed uuid, and its encoding is the one that transaction carries.
+async fn debug_check_written(landed: &Dataset, key: &Key, written: &WrittenList) {
+    let Some(txn) = crate::history::cached_transaction_shared(landed, key.version).await else { return };
+    debug_assert_eq!(txn.uuid, key.uuid, "the landed transaction is ours");
+    debug_assert_eq!(crate::history::encoded_list(&txn), Some(written.encoded.as_str()), "the encoding we wrote");
+    match crate::history::actions_of(&txn) {
+        Ok(decoded) => debug_assert_eq!(decoded, written.list, "our list as written is what decoding gives"),
+        Err(e) => debug_assert!(false, "our own committed list does not decode: {e}"),
     }
 }
 

@@ -138,6 +138,64 @@ pub fn encode_property(txn: &ActionTxn) -> String {
     base64::engine::general_purpose::STANDARD.encode(list.encode_to_vec())
 }
 
+/// Whether [`decode_for_operation`] of `txn`'s [`encode_property`], on the operation `txn` lowers
+/// to, gives `txn` back, so that a writer may remember its own committed list without decoding it:
+/// every action embeds only what Lance's own encoding keeps exactly (fragments, row sets, ids), and
+/// what the decoding takes from the operation (key filters, deletion-vector fragments) is what
+/// `txn` itself lowered into it. Not so for an action embedding an index (Lance's encoding keeps
+/// its creation time to the millisecond, where a staged index has nanoseconds) or a schema, nor for
+/// a fragment whose zero row count Lance's encoding reads back as none, nor for two changes of one
+/// fragment's deletion vector: such a list is decoded.
+/// Every kind is named, so a new action is placed here before it compiles.
+pub fn decodes_to_itself(txn: &ActionTxn) -> bool {
+    let kinds_kept = txn.actions.iter().all(|action| match action {
+        AnyAction::AddFragments(add) => add.fragments.iter().all(counts_survive_encoding),
+        AnyAction::UpdateDeletionVector(change) => counts_survive_encoding(&change.fragment),
+        AnyAction::RemoveFragments(_) => true,
+        AnyAction::ReplaceFragmentColumns(_)
+        | AnyAction::AddOverlay(_)
+        | AnyAction::RewriteFragments(_)
+        | AnyAction::MergeColumns(_)
+        | AnyAction::InvalidateIndexCoverage(_)
+        | AnyAction::AddIndex(_)
+        | AnyAction::RemoveIndex(_)
+        | AnyAction::ChangeSchema(_)
+        | AnyAction::ResetTable(_)
+        | AnyAction::UpdateConfig(_)
+        | AnyAction::AddBases(_)
+        | AnyAction::ReserveFragmentIds(_)
+        | AnyAction::Restore(_)
+        | AnyAction::CloneTable(_)
+        | AnyAction::UpdateMemWalState(_)
+        | AnyAction::Opaque(_) => false,
+    });
+    kinds_kept && vector_fragments_distinct(txn)
+}
+
+/// Decoding takes each deletion-vector change's fragment from the operation by id: two changes of
+/// one fragment (which Lance never commits) would both get the first.
+fn vector_fragments_distinct(txn: &ActionTxn) -> bool {
+    let mut ids: Vec<u64> = txn
+        .actions
+        .iter()
+        .filter_map(|action| match action {
+            AnyAction::UpdateDeletionVector(change) => Some(change.fragment.id),
+            _ => None,
+        })
+        .collect();
+    let changes = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len() == changes
+}
+
+/// Lance's fragment message has no "unset" for a row count: zero reads back as none
+/// (`tests/roundtrip.rs`, `lance_pb_normalizations_are_inherited`).
+fn counts_survive_encoding(fragment: &lance_table::format::Fragment) -> bool {
+    fragment.physical_rows != Some(0)
+        && fragment.deletion_file.as_ref().is_none_or(|deletion| deletion.num_deleted_rows != Some(0))
+}
+
 /// Decode a transaction property value written by [`encode_property`], without its operation: a
 /// key filter left to the operation stays absent (the list then does not lower). A committed list
 /// is read with [`decode_for_operation`].

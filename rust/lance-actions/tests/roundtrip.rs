@@ -175,6 +175,18 @@ proptest! {
         prop_assert_eq!(lift(&back), txn);
     }
 
+    /// A list [`codec::decodes_to_itself`] names is what decoding its property on the operation it
+    /// lowers to gives: the commit loop remembers such a list of its own without decoding it.
+    #[test]
+    fn a_list_said_to_decode_to_itself_does(op in arb_serializable_operation()) {
+        let txn = lift(&op);
+        prop_assume!(codec::decodes_to_itself(&txn));
+        let committed = lowered(&txn)?;
+        let back = codec::decode_for_operation(&encode_property(&txn), &committed)
+            .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(back, txn);
+    }
+
     /// Property 2: the wire format loses nothing the action list holds (replay claims included;
     /// they live in our encoding only and never reach the Lance operation).
     #[test]
@@ -605,4 +617,69 @@ fn a_newer_list_naming_the_operations_filter_is_refused_as_newer() {
             other => panic!("expected NewerFormat, got {other:?}"),
         }
     }
+}
+
+/// Where Lance's encoding does not keep what a list holds, the list is not said to decode to
+/// itself, and indeed does not: an index staged with a creation time in nanoseconds, a fragment
+/// with a zero row count. Its plain twin is.
+#[test]
+fn a_list_whose_encoding_loses_something_is_not_said_to_decode_to_itself() {
+    let decodes = |op: &Operation| {
+        let txn = lift(op);
+        let back = codec::decode_for_operation(&encode_property(&txn), op).expect("decodes");
+        (codec::decodes_to_itself(&txn), back == txn)
+    };
+    let mut index = lance_table::format::IndexMetadata {
+        uuid: uuid::Uuid::from_u128(7),
+        fields: vec![1],
+        name: "v_idx".into(),
+        dataset_version: 3,
+        fragment_bitmap: Some([0u32].into_iter().collect()),
+        index_details: None,
+        index_version: 0,
+        created_at: Some(chrono::DateTime::from_timestamp_nanos(1_765_000_000_123_456_789)),
+        base_id: None,
+        files: None,
+        covering_fields: Vec::new(),
+    };
+    let create = |index: lance_table::format::IndexMetadata| Operation::CreateIndex {
+        new_indices: vec![index],
+        removed_indices: vec![],
+    };
+    assert_eq!(decodes(&create(index.clone())), (false, false), "nanoseconds are lost");
+    index.created_at = chrono::DateTime::from_timestamp_millis(1_765_000_000_123);
+    assert_eq!(decodes(&create(index)), (false, true), "an index is decoded, whatever its time");
+
+    let mut fragment = Fragment::new(3);
+    fragment.physical_rows = Some(0);
+    let append = |fragment: Fragment| Operation::Append { fragments: vec![fragment] };
+    assert_eq!(decodes(&append(fragment.clone())), (false, false), "a zero row count reads back as none");
+    fragment.physical_rows = Some(10);
+    assert_eq!(decodes(&append(fragment.clone())), (true, true), "its plain twin decodes to itself");
+
+    fragment.deletion_file = Some(DeletionFile {
+        read_version: 1,
+        id: 1,
+        file_type: DeletionFileType::Array,
+        num_deleted_rows: Some(0),
+        base_id: None,
+    });
+    let delete = |fragment: Fragment| Operation::Delete {
+        updated_fragments: vec![fragment],
+        deleted_fragment_ids: vec![4],
+        predicate: "id > 1".into(),
+    };
+    assert!(!decodes(&delete(fragment.clone())).0, "a deletion file counting zero rows");
+    fragment.deletion_file.as_mut().expect("a deletion file").num_deleted_rows = Some(2);
+    assert_eq!(decodes(&delete(fragment.clone())), (true, true), "a delete's twin decodes to itself");
+
+    // Decoding takes a vector change's fragment from the operation by id: of two, both get the first.
+    let mut again = fragment.clone();
+    again.physical_rows = Some(11);
+    let twice = Operation::Delete {
+        updated_fragments: vec![fragment, again],
+        deleted_fragment_ids: vec![],
+        predicate: "id > 1".into(),
+    };
+    assert_eq!(decodes(&twice), (false, false), "two changes of one fragment");
 }

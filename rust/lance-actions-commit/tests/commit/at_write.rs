@@ -825,11 +825,11 @@ async fn the_lists_remembered_for_landed_commits_are_what_their_stored_transacti
     assert!(!seen.contains(&1) && !seen.contains(&3) && seen.contains(&2));
 }
 
-/// On a multi-threaded runtime a writer remembers its own landed list in a task of its own
-/// (`known::remember_landed`): the list is there soon after the commit returns, and it is what
-/// decoding the version's stored transaction gives. (On the current-thread runtimes of the other
-/// tests it is remembered before the commit returns.) That the task leaves the writer's path is
-/// measured in the bench (`design/benchmarks.md`, tenth session), not tested here.
+/// On a multi-threaded runtime a writer remembers its own landed list (`known::remember_landed`:
+/// an append Lance committed as we built it, as written; any other, decoded in a task of its own):
+/// the list is there soon after the commit returns, and it is what decoding the version's stored
+/// transaction gives. (On the current-thread runtimes of the other tests it is remembered before
+/// the commit returns.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_soon_after_the_commit_returns() {
     let (_dir, uri, ds) = sample().await;
