@@ -273,6 +273,8 @@ impl Graph {
     pub(crate) async fn publish(&self, branch: &str, expected: &str, commit: &GraphCommit) -> Result<bool> {
         // Tables have landed, the graph still shows the old version: a crash here loses nothing.
         lance_actions_commit::crash::point("graph-before-publish");
+        // Where a test publishes another writer's version of the branch, to lose this publish.
+        lance_actions_commit::hooks::point("graph:before-publish", &self.root).await;
         match manifest::publish(&self.root, branch, Some(expected), commit, true).await {
             Ok(()) => Ok(true),
             Err(Publish::Moved) => Ok(false),
