@@ -926,7 +926,9 @@ async fn write_attempt(
     let head = latest.manifest().version;
     let mut props = fixed.properties.clone();
     let encoded = codec::encode_property(&txn);
-    props.insert(codec::PROPERTY_KEY.to_string(), encoded.clone());
+    // Kept to be remembered as written, should it land as built (`known::remember_landed`).
+    let kept_encoding = crate::known::rememberable_as_written(&txn, &encoded).then(|| encoded.clone());
+    props.insert(codec::PROPERTY_KEY.to_string(), encoded);
     props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
     let eligible = JudgeAtWrite::eligible(fixed, &op);
     let lance_txn = TransactionBuilder::new(head, op)
@@ -938,9 +940,13 @@ async fn write_attempt(
     // A delete judged at the write hands Lance its rows, so that Lance's rebase merges its vectors
     // with a writer's instead of refusing; the judgement checks the merge (`JudgeAtWrite`).
     let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
-    let judge =
-        if eligible { JudgeAtWrite::lend(fixed, latest, txn.clone(), &lance_txn, rows.is_some(), state) } else { None };
-    let as_written = crate::known::WrittenList { list: txn, encoded };
+    let (judge, kept_list) = if eligible {
+        let kept = kept_encoding.as_ref().map(|_| txn.clone());
+        (JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state), kept)
+    } else {
+        (None, kept_encoding.as_ref().map(|_| txn))
+    };
+    let as_written = kept_list.zip(kept_encoding).map(|(list, encoded)| crate::known::WrittenList { list, encoded });
     let rows = rows.filter(|_| judge.is_some());
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());
@@ -968,7 +974,7 @@ async fn write_attempt(
     match (result, record) {
         // At `head + 1` Lance found no writer to rebase over: it committed the transaction we built.
         (Ok(ds), _) => {
-            let as_written = (ds.manifest().version == head + 1).then_some(as_written);
+            let as_written = as_written.filter(|_| ds.manifest().version == head + 1);
             Ok(Written::Landed { dataset: Box::new(ds), as_written })
         }
         // Lance could not tell whether the manifest it handed over landed (the store answered a

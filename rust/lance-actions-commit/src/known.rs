@@ -131,11 +131,18 @@ pub struct WrittenList {
     pub encoded: String,
 }
 
+/// Whether `list`, encoded as `encoded`, may be remembered as written should it land as built: its
+/// decoding gives it back ([`codec::decodes_to_itself`]) and its encoding is not too large to be
+/// remembered at all. Asked before the write, so that a list that could not be is not copied.
+pub fn rememberable_as_written(list: &ActionTxn, encoded: &str) -> bool {
+    encoded.len() <= MAX_BYTES_PER_ENTRY && codec::decodes_to_itself(list)
+}
+
 /// Remember the list of the transaction our commit landed as `landed`'s version.
 ///
 /// * `written`, our list as we wrote it, when Lance committed our transaction as we built it (no
 ///   writer landed in between, so Lance's rebase did not run) and the list is one whose decoding
-///   gives it back ([`codec::decodes_to_itself`]: fragments, rows and ids, the key filters and
+///   gives it back ([`rememberable_as_written`]: fragments, rows and ids, the key filters and
 ///   deletion files taken from an operation that is the one we lowered): it is remembered as it
 ///   is, without decoding. Decoding cost about 20 us of a one-writer append's own
 ///   time (`design/benchmarks.md`, seventeenth session), work Tokio ran on the writer's own worker
@@ -151,7 +158,8 @@ pub struct WrittenList {
 /// list before it is remembered decodes it itself, as it would without this module.
 pub async fn remember_landed(landed: &Dataset, uuid: &str, written: Option<WrittenList>) {
     let version = landed.manifest().version;
-    if let Some(written) = written.filter(|w| codec::decodes_to_itself(&w.list)) {
+    if let Some(written) = written {
+        debug_assert!(rememberable_as_written(&written.list, &written.encoded), "asked before the write");
         let key = Key { uri: landed.uri().to_string(), version, uuid: uuid.to_string() };
         if cfg!(debug_assertions) {
             debug_check_written(landed, &key, &written).await;

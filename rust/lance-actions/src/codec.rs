@@ -144,12 +144,20 @@ pub fn encode_property(txn: &ActionTxn) -> String {
 /// what the decoding takes from the operation (key filters, deletion-vector fragments) is what
 /// `txn` itself lowered into it. Not so for an action embedding an index (Lance's encoding keeps
 /// its creation time to the millisecond, where a staged index has nanoseconds) or a schema, nor for
-/// a fragment whose zero row count Lance's encoding reads back as none, nor for two changes of one
-/// fragment's deletion vector: such a list is decoded.
+/// a fragment whose zero row count Lance's encoding reads back as none, a key filter Lance's
+/// encoding reads back otherwise, two changes of one fragment's deletion vector, or fragment ids
+/// bound by `apply` (not encoded): such a list is decoded.
 /// Every kind is named, so a new action is placed here before it compiles.
 pub fn decodes_to_itself(txn: &ActionTxn) -> bool {
+    // Bound by `apply` alone, never encoded.
+    if !txn.context.assigned_fragment_ids.is_empty() {
+        return false;
+    }
     let kinds_kept = txn.actions.iter().all(|action| match action {
-        AnyAction::AddFragments(add) => add.fragments.iter().all(counts_survive_encoding),
+        AnyAction::AddFragments(add) => {
+            add.fragments.iter().all(counts_survive_encoding)
+                && add.keys.as_ref().and_then(|keys| keys.lance_filter.as_ref()).is_none_or(filter_survives_encoding)
+        }
         AnyAction::UpdateDeletionVector(change) => counts_survive_encoding(&change.fragment),
         AnyAction::RemoveFragments(_) => true,
         AnyAction::ReplaceFragmentColumns(_)
@@ -187,6 +195,19 @@ fn vector_fragments_distinct(txn: &ActionTxn) -> bool {
     ids.sort_unstable();
     ids.dedup();
     ids.len() == changes
+}
+
+/// Lance's key filter message reads a Bloom filter's zero item count or zero probability back as
+/// its defaults (`lance-table` `format/key_existence.rs`, `TryFrom<&pb::...KeyExistenceFilter>`),
+/// and a probability that is not a number never equals itself. Lance's own builder makes neither.
+fn filter_survives_encoding(filter: &lance_table::format::key_existence::KeyExistenceFilter) -> bool {
+    use lance_table::format::key_existence::FilterType;
+    match &filter.filter {
+        FilterType::ExactSet(_) => true,
+        FilterType::Bloom { number_of_items, probability, .. } => {
+            *number_of_items != 0 && *probability != 0.0 && !probability.is_nan()
+        }
+    }
 }
 
 /// Lance's fragment message has no "unset" for a row count: zero reads back as none

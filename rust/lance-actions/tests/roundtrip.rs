@@ -683,3 +683,25 @@ fn a_list_whose_encoding_loses_something_is_not_said_to_decode_to_itself() {
     };
     assert_eq!(decodes(&twice), (false, false), "two changes of one fragment");
 }
+
+/// A key filter Lance's encoding reads back otherwise (a zero item count, which only a hand-built
+/// Bloom filter has) keeps a keyed list from being said to decode to itself, and so do fragment ids
+/// bound by `apply`, which are not encoded; Lance's own filter does not.
+#[test]
+fn a_hand_built_key_filter_or_bound_ids_are_not_said_to_decode_to_themselves() {
+    use lance_table::format::key_existence::{FilterType, KeyExistenceFilter};
+    let lances = ten_key_filter();
+    assert!(codec::decodes_to_itself(&lift(&keyed_update(Some(lances.clone())))), "Lance's own filter");
+    let mut hand_built = lances;
+    let FilterType::Bloom { number_of_items, .. } = &mut hand_built.filter else { panic!("a bloom filter") };
+    *number_of_items = 0;
+    let stored = lance_table::format::pb::transaction::KeyExistenceFilter::from(&hand_built);
+    assert_ne!(KeyExistenceFilter::try_from(&stored).expect("decodes"), hand_built, "storage reads it back otherwise");
+    assert!(!codec::decodes_to_itself(&lift(&keyed_update(Some(hand_built)))));
+
+    let mut bound = lift(&keyed_update(Some(ten_key_filter())));
+    bound.context.assigned_fragment_ids = vec![7];
+    let back = codec::decode_for_operation(&encode_property(&bound), &keyed_update(Some(ten_key_filter())));
+    assert_ne!(back.expect("decodes"), bound, "the ids are not encoded");
+    assert!(!codec::decodes_to_itself(&bound));
+}

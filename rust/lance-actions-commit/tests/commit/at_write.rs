@@ -836,6 +836,11 @@ async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_soon_after_the_
     let staged = stage_append(&ds, "ours", &ids(100..103)).await.expect("stage").txn;
     let (landed, _) = ds.action_commit().execute(staged).await.expect("lands");
     let version = landed.manifest().version;
+    let uuid = landed.read_transaction().await.expect("read").expect("ours").uuid;
+    assert!(
+        lance_actions_commit::known::remembered(&uri, version, &uuid).is_some(),
+        "an append Lance committed as built is remembered as written, before the commit returns"
+    );
     let stored = stored_transaction(&uri, version).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let remembered = loop {

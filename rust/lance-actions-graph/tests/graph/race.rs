@@ -147,7 +147,11 @@ async fn a_merge_that_loses_every_publish_gives_up_and_publishes_nothing() {
     let mut expected: BTreeMap<String, String> = [("p", "b"), ("m", "m")].map(|(a, b)| (a.into(), b.into())).into();
     expected.extend((0..attempts).map(|n| (format!("i{n:02}"), "i".to_string())));
     assert_eq!(names(&g, "main").await, expected, "nothing of the feature");
-    assert!(g.log("main").await.expect("log").iter().all(|c| c.parents.len() < 2), "no merge commit");
+    let log = g.log("main").await.expect("log");
+    assert_eq!(log.len(), 3 + attempts, "init, seed, main's own write and the others' versions");
+    assert!(log.iter().all(|c| c.parents.len() < 2), "no merge commit");
+    let feature: BTreeMap<String, String> = [("p", "s"), ("f", "f")].map(|(a, b)| (a.into(), b.into())).into();
+    assert_eq!(names(&g, "feature").await, feature, "the source as it was");
 
     let merged = g.merge("feature", "main", &MergeOptions::default()).await.expect("merges alone");
     assert_eq!((merged.outcome, merged.attempts), (Outcome::Merged, 1));
