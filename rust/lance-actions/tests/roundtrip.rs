@@ -464,6 +464,17 @@ fn frag_reuse_index_survives_the_codec() {
 // Normalizations inherited from Lance's protobuf
 // ---------------------------------------------------------------------------------------------
 
+/// A deletion file whose count of deleted rows is zero, which Lance's encoding reads back as none.
+fn deletion_counting_zero_rows() -> DeletionFile {
+    DeletionFile {
+        read_version: 1,
+        id: 1,
+        file_type: DeletionFileType::Array,
+        num_deleted_rows: Some(0),
+        base_id: None,
+    }
+}
+
 /// Lance structures travel as Lance's own protobuf messages, so the codec normalizes exactly what a
 /// Lance transaction file does: a zero `physical_rows` or `num_deleted_rows` reads back as `None`.
 /// The strategies never generate these values; this test pins the behaviour down so a change in
@@ -480,13 +491,7 @@ fn lance_pb_normalizations_are_inherited() {
     let via_lance = Fragment::try_from(lance_table::format::pb::DataFragment::from(&fragment)).expect("lance");
     assert_eq!(add.fragments[0], via_lance);
 
-    fragment.deletion_file = Some(DeletionFile {
-        read_version: 1,
-        id: 1,
-        file_type: DeletionFileType::Array,
-        num_deleted_rows: Some(0),
-        base_id: None,
-    });
+    fragment.deletion_file = Some(deletion_counting_zero_rows());
     let txn = lift(&Operation::Delete {
         updated_fragments: vec![fragment],
         deleted_fragment_ids: vec![],
@@ -657,13 +662,7 @@ fn a_list_whose_encoding_loses_something_is_not_said_to_decode_to_itself() {
     fragment.physical_rows = Some(10);
     assert_eq!(decodes(&append(fragment.clone())), (true, true), "its plain twin decodes to itself");
 
-    fragment.deletion_file = Some(DeletionFile {
-        read_version: 1,
-        id: 1,
-        file_type: DeletionFileType::Array,
-        num_deleted_rows: Some(0),
-        base_id: None,
-    });
+    fragment.deletion_file = Some(deletion_counting_zero_rows());
     let delete = |fragment: Fragment| Operation::Delete {
         updated_fragments: vec![fragment],
         deleted_fragment_ids: vec![4],
