@@ -179,9 +179,20 @@ pub async fn remember_landed(landed: &Dataset, uuid: &str, written: Option<Writt
 }
 
 /// Debug builds: our list as written is what decoding the transaction Lance committed gives, under
-/// the committed uuid, and its encoding is the one that transaction carries.
+/// the committed uuid, and its encoding is the one that transaction carries. The transaction is the
+/// one in Lance's session cache, or else the one stored (a check that finds neither fails).
 async fn debug_check_written(landed: &Dataset, key: &Key, written: &WrittenList) {
-    let Some(txn) = crate::history::cached_transaction_shared(landed, key.version).await else { return };
+    let cached = crate::history::cached_transaction_shared(landed, key.version).await;
+    let txn = match cached {
+        Some(txn) => txn,
+        None => match landed.read_transaction().await {
+            Ok(Some(txn)) => Arc::new(txn),
+            other => {
+                debug_assert!(false, "version {} has no readable transaction: {other:?}", key.version);
+                return;
+            }
+        },
+    };
     debug_assert_eq!(txn.uuid, key.uuid, "the landed transaction is ours");
     debug_assert_eq!(crate::history::encoded_list(&txn), Some(written.encoded.as_str()), "the encoding we wrote");
     match crate::history::actions_of(&txn) {
