@@ -29,7 +29,8 @@ pub struct Judgement {
 ///
 /// A manifest without an index section has no index: Lance 14.0.2 reads the list from that section
 /// and gives an empty one without it (`lance-table` `io/manifest.rs:131`, `read_manifest_indexes`),
-/// with nothing to infer or remap in an empty list (`lance` `index.rs:3825`, `load_all_indices`).
+/// with nothing to infer or remap in an empty list (`lance` `index.rs:3825`, `load_all_indices`);
+/// Lance's compaction takes the same shortcut (`dataset/index.rs:39`, `load_indices_for_remapping`).
 /// The state of such a version is then made without Lance's index-list lookup, 5 to 7 us of its
 /// session cache (`design/benchmarks.md`, sixteenth session). Debug builds ask Lance all the same.
 pub async fn table_state(dataset: &Dataset) -> Result<TableState> {
