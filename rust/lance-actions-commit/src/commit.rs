@@ -927,7 +927,8 @@ async fn write_attempt(
     let mut props = fixed.properties.clone();
     let encoded = codec::encode_property(&txn);
     // Kept to be remembered as written, should it land as built (`known::remember_landed`).
-    let kept_encoding = crate::known::rememberable_as_written(&txn, &encoded).then(|| encoded.clone());
+    let as_written = crate::known::rememberable_as_written(&txn, &encoded)
+        .then(|| crate::known::WrittenList { list: txn.clone(), encoded: encoded.clone() });
     props.insert(codec::PROPERTY_KEY.to_string(), encoded);
     props.insert(HISTORY_KEY.to_string(), history_line(report, &entry));
     let eligible = JudgeAtWrite::eligible(fixed, &op);
@@ -940,13 +941,7 @@ async fn write_attempt(
     // A delete judged at the write hands Lance its rows, so that Lance's rebase merges its vectors
     // with a writer's instead of refusing; the judgement checks the merge (`JudgeAtWrite`).
     let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
-    let (judge, kept_list) = if eligible {
-        let kept = kept_encoding.as_ref().map(|_| txn.clone());
-        (JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state), kept)
-    } else {
-        (None, kept_encoding.as_ref().map(|_| txn))
-    };
-    let as_written = kept_list.zip(kept_encoding).map(|(list, encoded)| crate::known::WrittenList { list, encoded });
+    let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state) } else { None };
     let rows = rows.filter(|_| judge.is_some());
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());

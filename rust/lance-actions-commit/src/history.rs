@@ -75,7 +75,7 @@ pub async fn committed_between_shared(handle: &Dataset, after: u64, head: u64) -
 /// One version's transaction: from the session's cache when Lance has just read it (Lance's commit
 /// caches every transaction its pre-write listing loads, and every one it commits), else through
 /// that version's own handle, where `read_transaction_by_version` reads storage each time.
-async fn transaction_of(handle: &Dataset, version: u64) -> lance::Result<Option<Arc<Transaction>>> {
+pub(crate) async fn transaction_of(handle: &Dataset, version: u64) -> lance::Result<Option<Arc<Transaction>>> {
     if version == handle.manifest().version {
         return Ok(handle.read_transaction().await?.map(Arc::new));
     }

@@ -144,9 +144,9 @@ pub fn rememberable_as_written(list: &ActionTxn, encoded: &str) -> bool {
 ///   writer landed in between, so Lance's rebase did not run) and the list is one whose decoding
 ///   gives it back ([`rememberable_as_written`]: fragments, rows and ids, the key filters and
 ///   deletion files taken from an operation that is the one we lowered): it is remembered as it
-///   is, without decoding. Decoding cost about 20 us of a one-writer append's own
-///   time (`design/benchmarks.md`, seventeenth session), work Tokio ran on the writer's own worker
-///   as soon as the writer next waited (a task spawned from a worker waits in that worker's slot,
+///   is, without decoding. Decoding had cost about 26 us of a one-writer append
+///   (`design/benchmarks.md`, tenth session), work Tokio ran on the writer's own worker as soon as
+///   the writer next waited (a task spawned from a worker waits in that worker's slot,
 ///   which other workers do not take from). Debug builds decode the committed transaction and
 ///   compare.
 /// * Otherwise (Lance rebased our transaction over writers it admitted at the write) it is decoded
@@ -179,19 +179,15 @@ pub async fn remember_landed(landed: &Dataset, uuid: &str, written: Option<Writt
 }
 
 /// Debug builds: our list as written is what decoding the transaction Lance committed gives, under
-/// the committed uuid, and its encoding is the one that transaction carries. The transaction is the
-/// one in Lance's session cache, or else the one stored (a check that finds neither fails).
+/// the committed uuid, and its encoding is the one that transaction carries (a check that cannot
+/// read the transaction fails).
 async fn debug_check_written(landed: &Dataset, key: &Key, written: &WrittenList) {
-    let cached = crate::history::cached_transaction_shared(landed, key.version).await;
-    let txn = match cached {
-        Some(txn) => txn,
-        None => match landed.read_transaction().await {
-            Ok(Some(txn)) => Arc::new(txn),
-            other => {
-                debug_assert!(false, "version {} has no readable transaction: {other:?}", key.version);
-                return;
-            }
-        },
+    let txn = match crate::history::transaction_of(landed, key.version).await {
+        Ok(Some(txn)) => txn,
+        other => {
+            debug_assert!(false, "version {} has no readable transaction: {other:?}", key.version);
+            return;
+        }
     };
     debug_assert_eq!(txn.uuid, key.uuid, "the landed transaction is ours");
     debug_assert_eq!(crate::history::encoded_list(&txn), Some(written.encoded.as_str()), "the encoding we wrote");
