@@ -943,6 +943,7 @@ async fn write_attempt(
     let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
     let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state) } else { None };
     let rows = rows.filter(|_| judge.is_some());
+    let rows_handed = rows.is_some();
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());
     }
@@ -967,9 +968,8 @@ async fn write_attempt(
         return Ok(Written::Landed { dataset: Box::new(ds), as_written: None });
     }
     match (result, record) {
-        // At `head + 1` Lance found no writer to rebase over: it committed the transaction we built.
-        (Ok(ds), _) => {
-            let as_written = as_written.filter(|_| ds.manifest().version == head + 1);
+        (Ok(ds), record) => {
+            let as_written = as_written.filter(|_| committed_as_built(head, &ds, &record, rows_handed));
             Ok(Written::Landed { dataset: Box::new(ds), as_written })
         }
         // Lance could not tell whether the manifest it handed over landed (the store answered a
@@ -1028,6 +1028,22 @@ async fn write_attempt(
             message: format!("{message}; lance: {e}"),
         }),
         (Err(e), _) => Err(lance_err("committing")(e)),
+    }
+}
+
+/// Did Lance commit, as `landed`, the transaction we handed it, read version aside (so that our list
+/// may be remembered as written, `known::remember_landed`)?
+/// * At `head + 1` Lance found no writer to rebase over: it committed the transaction we built.
+/// * Past it, our judgement at the write admitted the manifest only if Lance's rebase left the
+///   transaction exactly as handed but for its read version (`JudgeAtWrite::unchanged_by_lance`),
+///   which a list's decoding does not read. Not for a delete handed its rows: there that check lets
+///   Lance's merged deletion files through, and the list is decoded from what Lance committed.
+fn committed_as_built(head: u64, landed: &Dataset, record: &WriteRecord, rows_handed: bool) -> bool {
+    let version = landed.manifest().version;
+    match record {
+        WriteRecord::Written { version: written } => *written == version && version == head + 1,
+        WriteRecord::WrittenAfterRejudging { version: written } => *written == version && !rows_handed,
+        _ => false,
     }
 }
 

@@ -56,6 +56,8 @@ struct Key {
 struct Remembered {
     encoded: String,
     list: ActionTxn,
+    /// Remembered as our commit wrote it ([`remember_landed`]), not decoded.
+    as_written: bool,
 }
 
 /// The lists, weighed by the bytes of their encoding.
@@ -118,7 +120,11 @@ pub fn actions_of_committed(uri: &str, version: u64, txn: &Transaction) -> Resul
 /// Decode `txn`'s list (its encoding `encoded`) and remember it under `key`; a list that fails to
 /// decode is not remembered.
 fn decode_and_remember(key: Key, encoded: &str, txn: &Transaction) -> Result<Arc<Remembered>, lance_actions::Error> {
-    let remembered = Arc::new(Remembered { encoded: encoded.to_string(), list: crate::history::actions_of(txn)? });
+    let remembered = Arc::new(Remembered {
+        encoded: encoded.to_string(),
+        list: crate::history::actions_of(txn)?,
+        as_written: false,
+    });
     lock().insert(key, remembered.clone());
     Ok(remembered)
 }
@@ -164,7 +170,7 @@ pub async fn remember_landed(landed: &Dataset, uuid: &str, written: Option<Writt
         if cfg!(debug_assertions) {
             debug_check_written(landed, &key, &written).await;
         }
-        lock().insert(key, Arc::new(Remembered { encoded: written.encoded, list: written.list }));
+        lock().insert(key, Arc::new(Remembered { encoded: written.encoded, list: written.list, as_written: true }));
         return;
     }
     let Some(txn) = crate::history::cached_transaction_shared(landed, version).await else { return };
@@ -216,6 +222,14 @@ pub fn remembered(uri: &str, version: u64, uuid: &str) -> Option<ActionTxn> {
     hit.map(|r| r.list.clone())
 }
 
+/// Whether the list remembered for that transaction was remembered as our commit wrote it (true)
+/// or decoded (false); `None` when none is remembered. For tests: which way a landed list took.
+pub fn remembered_as_written(uri: &str, version: u64, uuid: &str) -> Option<bool> {
+    let key = Key { uri: uri.to_string(), version, uuid: uuid.to_string() };
+    let hit = lock().get(&key);
+    hit.map(|r| r.as_written)
+}
+
 /// The lock, even when a thread panicked holding it: every change under it keeps the bounds.
 fn lock() -> std::sync::MutexGuard<'static, Known> {
     known().lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -227,7 +241,11 @@ mod tests {
     use lance_actions::OperationKind;
 
     fn entry(bytes: usize) -> Arc<Remembered> {
-        Arc::new(Remembered { encoded: "x".repeat(bytes), list: ActionTxn::new(OperationKind::Append, Vec::new()) })
+        Arc::new(Remembered {
+            encoded: "x".repeat(bytes),
+            list: ActionTxn::new(OperationKind::Append, Vec::new()),
+            as_written: false,
+        })
     }
 
     fn k(version: u64) -> Key {

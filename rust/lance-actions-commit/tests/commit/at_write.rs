@@ -837,8 +837,9 @@ async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_soon_after_the_
     let (landed, _) = ds.action_commit().execute(staged).await.expect("lands");
     let version = landed.manifest().version;
     let uuid = landed.read_transaction().await.expect("read").expect("ours").uuid;
-    assert!(
-        lance_actions_commit::known::remembered(&uri, version, &uuid).is_some(),
+    assert_eq!(
+        lance_actions_commit::known::remembered_as_written(&uri, version, &uuid),
+        Some(true),
         "an append Lance committed as built is remembered as written, before the commit returns"
     );
     let stored = stored_transaction(&uri, version).await;
@@ -854,6 +855,72 @@ async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_soon_after_the_
     let (seen, total) = scan_ids(&landed).await;
     assert_eq!(total, 32 + 3, "the append landed once");
     assert!(ids(100..103).iter().all(|i| seen.contains(i)));
+}
+
+/// An append Lance built past a writer that landed since its head, admitted by our judgement at the
+/// write (Lance's rebase left it as handed, read version aside), is remembered as written before
+/// the commit returns, as one Lance committed at `head + 1` is; and it is what decoding the
+/// version's stored transaction gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_multi_threaded_runtime_an_append_admitted_at_the_write_is_remembered_before_the_commit_returns() {
+    let (_dir, uri, stale) = sample().await;
+    let v = stale.manifest().version;
+    let theirs = Stage::Append(100..104).on(&stale, "a").await;
+    let ours = Stage::Append(200..203).on(&stale, "b").await;
+    CommitBuilder::new(stale.clone()).execute(theirs).await.expect("theirs lands through Lance");
+    let uuid = ours.uuid.clone();
+    let (landed, report) = stale.action_commit().execute(ours).await.expect("ours lands");
+    let remembered = lance_actions_commit::known::remembered(&uri, v + 2, &uuid);
+    assert_eq!(
+        lance_actions_commit::known::remembered_as_written(&uri, v + 2, &uuid),
+        Some(true),
+        "remembered as written, not decoded"
+    );
+    assert_eq!(report.attempts.len(), 1, "{report:?}");
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version: v + 2 }));
+    let stored = stored_transaction(&uri, v + 2).await;
+    assert_eq!(stored.uuid, uuid);
+    assert_eq!(
+        remembered,
+        Some(history::actions_of(&stored).expect("decodes")),
+        "remembered as written before the commit returns, and what decoding gives"
+    );
+    let (seen, total) = scan_ids(&landed).await;
+    assert_eq!(total, 32 + 4 + 3, "every row once");
+    assert!(ids(100..104).iter().chain(&ids(200..203)).all(|i| seen.contains(i)));
+}
+
+/// A delete given its rows and admitted at the write after Lance merged its vector with a writer's
+/// is not remembered as written: the list Lance committed names the merged file, not ours. What is
+/// remembered (decoded, soon after the commit returns) is what decoding the stored transaction gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_multi_threaded_runtime_a_delete_merged_at_the_write_is_remembered_as_lance_committed_it() {
+    let behind = delete_given_rows_behind("id = 3", Stage::Delete("id = 1")).await;
+    let (landed, report) = behind.commit().await.expect("ours lands");
+    let version = landed.manifest().version;
+    assert_eq!(report.attempts[0].write, Some(WriteRecord::WrittenAfterRejudging { version }), "{report:?}");
+    let stored = stored_transaction(&behind.uri, version).await;
+    let (held, named) = vector_held_and_named(&behind.uri, version).await;
+    let Operation::Delete { updated_fragments, .. } = &behind.txn.operation else { panic!("a delete") };
+    let staged_file = updated_fragments[0].deletion_file.as_ref().map(|d| d.id);
+    assert!(held.is_some() && held != staged_file && held == named, "Lance merged: {held:?} {named:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let remembered = loop {
+        if let Some(list) = lance_actions_commit::known::remembered(&behind.uri, version, &stored.uuid) {
+            break list;
+        }
+        assert!(std::time::Instant::now() < deadline, "version {version} never remembered");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "the merged file, as committed");
+    assert_eq!(
+        lance_actions_commit::known::remembered_as_written(&behind.uri, version, &stored.uuid),
+        Some(false),
+        "decoded from what Lance committed, not remembered as written"
+    );
+    let (seen, total) = behind.scan().await;
+    assert_eq!(total, 32 - 2, "{seen:?}");
+    assert!(!seen.contains(&1) && !seen.contains(&3) && seen.contains(&2));
 }
 
 /// The transaction committed at `version`, read from storage through a session of its own.
