@@ -881,7 +881,8 @@ fn judged_by_caller(latest: &Arc<Dataset>, log: &PeerLog, started: Instant) -> A
 
 /// How a manifest write ended, when it did not end in an error.
 enum Written {
-    /// `as_written`: our list and its encoding, when Lance committed our transaction as we built it.
+    /// `as_written`: our list and its encoding, when Lance committed our transaction as we built it,
+    /// read version aside ([`committed_as_built`]).
     Landed {
         dataset: Box<Dataset>,
         as_written: Option<crate::known::WrittenList>,
