@@ -944,7 +944,7 @@ async fn write_attempt(
     let rows = if eligible { rows_for_lance(&txn, &lance_txn.operation) } else { None };
     let judge = if eligible { JudgeAtWrite::lend(fixed, latest, txn, &lance_txn, rows.is_some(), state) } else { None };
     let rows = rows.filter(|_| judge.is_some());
-    let rows_handed = rows.is_some();
+    let rows_handed = judge.as_ref().is_some_and(|judge| judge.rows_handed);
     if let Some(judge) = &judge {
         handler = handler.with_rejudge(judge.clone());
     }

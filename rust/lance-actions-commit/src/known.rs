@@ -147,9 +147,9 @@ pub fn rememberable_as_written(list: &ActionTxn, encoded: &str) -> bool {
 /// Remember the list of the transaction our commit landed as `landed`'s version.
 ///
 /// * `written`, our list as we wrote it, when Lance committed our transaction as we built it, read
-///   version aside (no writer landed in between, so Lance's rebase did not run; or our judgement at
-///   the write admitted the writers in between and found Lance's rebase had left the transaction as
-///   handed, `commit::committed_as_built`) and the list is one whose decoding
+///   version aside (no writer landed in between, so Lance's rebase had no writer to rebase over; or
+///   our judgement at the write admitted the writers in between and found Lance's rebase had left
+///   the transaction as handed, `commit::committed_as_built`) and the list is one whose decoding
 ///   gives it back ([`rememberable_as_written`]: fragments, rows and ids, the key filters and
 ///   deletion files taken from an operation that is the one we lowered): it is remembered as it
 ///   is, without decoding. Decoding had cost about 26 us of a one-writer append
@@ -157,8 +157,9 @@ pub fn rememberable_as_written(list: &ActionTxn, encoded: &str) -> bool {
 ///   the writer next waited (a task spawned from a worker waits in that worker's slot,
 ///   which other workers do not take from). Debug builds decode the committed transaction and
 ///   compare.
-/// * Otherwise (a delete handed its rows, whose vector Lance's rebase merged with a writer's; a list
-///   whose decoding would not give it back) it is decoded
+/// * Otherwise (a delete handed its rows that landed past `head + 1`, whose vector Lance's rebase may
+///   have merged with a writer's; a list whose decoding would not give it back; a commit Lance
+///   reported as failed, or as lost, after its put had landed) it is decoded
 ///   from the transaction Lance committed (in `landed`'s session cache right after the commit;
 ///   when it is not there, nothing is read and nothing remembered), in a task of its own on a
 ///   multi-threaded runtime, here on a current-thread one.
