@@ -93,12 +93,24 @@ impl Behind {
     async fn scan(&self) -> (BTreeSet<i64>, usize) {
         scan_ids(&*latest(&self.uri).await).await
     }
+
+    /// Our landed list is remembered, as written (`as_written`, before the commit returned) or
+    /// decoded, and it is what decoding the stored transaction gives.
+    async fn assert_remembered(&self, as_written: bool) {
+        let stored = stored_transaction(&self.uri, self.landed).await;
+        let (uri, version, uuid) = (&self.uri, self.landed, &stored.uuid);
+        let how = lance_actions_commit::known::remembered_as_written(uri, version, uuid);
+        assert_eq!(how, Some(as_written), "remembered as written ({as_written}) or decoded");
+        let remembered = lance_actions_commit::known::remembered(uri, version, uuid);
+        assert_eq!(remembered, Some(history::actions_of(&stored).expect("decodes")), "what decoding gives");
+    }
 }
 
 #[tokio::test]
 async fn an_append_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let behind = ours_behind(Stage::Append(100..104), Stage::Append(200..203)).await;
     behind.assert_judged_at_the_write(true);
+    behind.assert_remembered(true).await;
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 4 + 3, "every row once");
     assert!(ids(100..104).iter().chain(&ids(200..203)).all(|i| seen.contains(i)));
@@ -147,6 +159,7 @@ async fn an_append_that_already_landed_is_recognised_at_the_write_and_not_landed
 async fn a_delete_behind_a_landed_append_is_judged_at_the_write_and_lands_in_one_attempt() {
     let behind = ours_behind(Stage::Append(100..102), Stage::Delete("id = 3")).await;
     behind.assert_judged_at_the_write(true);
+    behind.assert_remembered(true).await;
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 2 - 1);
     assert!(!seen.contains(&3) && seen.contains(&100) && seen.contains(&101));
@@ -157,6 +170,7 @@ async fn a_delete_behind_a_landed_delete_of_another_fragment_is_judged_at_the_wr
     // Rows 3 and 20 live in fragments 0 and 2 (8 rows per fragment).
     let behind = ours_behind(Stage::Delete("id = 20"), Stage::Delete("id = 3")).await;
     behind.assert_judged_at_the_write(true);
+    behind.assert_remembered(true).await;
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "both deletes hold");
     assert!(!seen.contains(&3) && !seen.contains(&20) && seen.contains(&4) && seen.contains(&21));
@@ -187,6 +201,7 @@ async fn an_upsert_behind_a_landed_upsert_of_another_fragment_is_judged_at_the_w
     // Row 20 lives in fragment 2, row 3 in fragment 0 (8 rows per fragment).
     let behind = ours_behind(Stage::Upsert(&[20, 300]), Stage::Upsert(&[3, 400])).await;
     behind.assert_judged_at_the_write(false);
+    behind.assert_remembered(true).await;
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 + 2, "each upserted key once, both new keys once");
     assert!(ids(0..32).iter().chain(&[300, 400]).all(|i| seen.contains(i)), "{seen:?}");
@@ -243,6 +258,7 @@ async fn an_upsert_behind_a_landed_upsert_of_its_own_fragment_is_not_admitted_at
 async fn an_index_created_behind_a_landed_append_is_judged_at_the_write() {
     let behind = ours_behind(Stage::Append(100..103), Stage::IndexOnV).await;
     behind.assert_judged_at_the_write(false);
+    behind.assert_remembered(false).await;
     let head = latest(&behind.uri).await;
     assert_v_idx_on_the_sample(&head, 3).await;
     let indices = head.load_indices().await.expect("indices");
