@@ -221,17 +221,20 @@ fn remember(uri: &str, version: u64, txn: &Transaction) {
 /// The list remembered for the transaction `uuid` committed at `version` of the table at `uri`, if
 /// one is, as remembered (for tests and diagnostics: readers go through [`actions_of_committed`]).
 pub fn remembered(uri: &str, version: u64, uuid: &str) -> Option<ActionTxn> {
-    let key = Key { uri: uri.to_string(), version, uuid: uuid.to_string() };
-    let hit = lock().get(&key);
-    hit.map(|r| r.list.clone())
+    lookup(uri, version, uuid).map(|r| r.list.clone())
 }
 
 /// Whether the list remembered for that transaction was remembered as our commit wrote it (true)
 /// or decoded (false); `None` when none is remembered. For tests: which way a landed list took.
 pub fn remembered_as_written(uri: &str, version: u64, uuid: &str) -> Option<bool> {
+    lookup(uri, version, uuid).map(|r| r.as_written)
+}
+
+/// The entry for the transaction `uuid` committed at `version` of the table at `uri`, shared out
+/// (the lock released before the caller reads it).
+fn lookup(uri: &str, version: u64, uuid: &str) -> Option<Arc<Remembered>> {
     let key = Key { uri: uri.to_string(), version, uuid: uuid.to_string() };
-    let hit = lock().get(&key);
-    hit.map(|r| r.as_written)
+    lock().get(&key)
 }
 
 /// The lock, even when a thread panicked holding it: every change under it keeps the bounds.

@@ -859,14 +859,7 @@ async fn on_a_multi_threaded_runtime_a_landed_list_is_remembered_soon_after_the_
         "an append Lance committed as built is remembered as written, before the commit returns"
     );
     let stored = stored_transaction(&uri, version).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let remembered = loop {
-        if let Some(list) = lance_actions_commit::known::remembered(&uri, version, &stored.uuid) {
-            break list;
-        }
-        assert!(std::time::Instant::now() < deadline, "version {version} never remembered");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    };
+    let remembered = remembered_soon(&uri, version, &stored.uuid).await;
     assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "what decoding gives");
     let (seen, total) = scan_ids(&landed).await;
     assert_eq!(total, 32 + 3, "the append landed once");
@@ -920,14 +913,7 @@ async fn on_a_multi_threaded_runtime_a_delete_merged_at_the_write_is_remembered_
     let Operation::Delete { updated_fragments, .. } = &behind.txn.operation else { panic!("a delete") };
     let staged_file = updated_fragments[0].deletion_file.as_ref().map(|d| d.id);
     assert!(held.is_some() && held != staged_file && held == named, "Lance merged: {held:?} {named:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let remembered = loop {
-        if let Some(list) = lance_actions_commit::known::remembered(&behind.uri, version, &stored.uuid) {
-            break list;
-        }
-        assert!(std::time::Instant::now() < deadline, "version {version} never remembered");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    };
+    let remembered = remembered_soon(&behind.uri, version, &stored.uuid).await;
     assert_eq!(remembered, history::actions_of(&stored).expect("decodes"), "the merged file, as committed");
     assert_eq!(
         lance_actions_commit::known::remembered_as_written(&behind.uri, version, &stored.uuid),
@@ -937,6 +923,18 @@ async fn on_a_multi_threaded_runtime_a_delete_merged_at_the_write_is_remembered_
     let (seen, total) = behind.scan().await;
     assert_eq!(total, 32 - 2, "{seen:?}");
     assert!(!seen.contains(&1) && !seen.contains(&3) && seen.contains(&2));
+}
+
+/// The list remembered for `uuid` at `version`, waiting up to 10 s for a task that decodes it.
+async fn remembered_soon(uri: &str, version: u64, uuid: &str) -> lance_actions::ActionTxn {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(list) = lance_actions_commit::known::remembered(uri, version, uuid) {
+            return list;
+        }
+        assert!(std::time::Instant::now() < deadline, "version {version} never remembered");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }
 
 /// The transaction committed at `version`, read from storage through a session of its own.
