@@ -41,9 +41,10 @@ pub const MAX_FRAGMENTS: usize = 20_000;
 /// remembered state saves the index list's lookup (5 to 7 us) and the fragment list's order check,
 /// but keeps its version's fragment list alive, and the commit whose state pushes it out frees it.
 /// On a 10,000-fragment table, with four writers appending, a state not found cost 575 us (146 us
-/// reading it, the rest freeing the one it pushed out); one writer appending ran at 0.83x of
-/// Lance's with up to 100,000 fragments remembered and no cap per state, 0.86x with up to 20,000,
-/// and 1.03x with this cap (medians of six runs, `design/benchmarks.md`).
+/// reading it, the rest freeing the one it pushed out). One writer appending ran at 0.83x of
+/// Lance's with up to 100,000 fragments remembered and no cap per state, 1.09x and 0.86x with up
+/// to 20,000 (two batches), and 1.03x with this cap (medians of six runs each,
+/// `design/benchmarks.md`).
 pub const MAX_STATE_FRAGMENTS: usize = 2_000;
 
 /// One committed version: its table, number, transaction file and timestamp.
