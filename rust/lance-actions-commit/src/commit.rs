@@ -1088,9 +1088,9 @@ struct JudgeAtWrite {
     /// Lance was handed our delete's rows ([`rows_for_lance`]), so its rebase may have merged a
     /// vector of ours with a writer's.
     rows_handed: bool,
-    /// For an append, the first data file of each fragment it adds: how our fragments are told
-    /// apart in the manifest Lance builds ([`JudgeAtWrite::head_read_back`]).
-    appended_files: Option<HashSet<String>>,
+    /// For an append, the first data file of each fragment it adds, in the order handed: how our
+    /// fragments are told apart in the manifest Lance builds ([`JudgeAtWrite::head_read_back`]).
+    appended_files: Option<Vec<String>>,
     /// The loop's peers and deletion facts, lent for the write and given back after.
     lent: tokio::sync::Mutex<Lent>,
 }
@@ -1142,10 +1142,7 @@ impl JudgeAtWrite {
         // id 0 from the head's high-water mark, so the mark could not be read back from ours.
         let appended_files = match &handed.operation {
             lance::dataset::transaction::Operation::Append { fragments } if fragments.iter().all(|f| f.id == 0) => {
-                let files: Option<HashSet<String>> =
-                    fragments.iter().map(|f| f.files.first().map(|file| file.path.clone())).collect();
-                // Two fragments with one first file could not be told apart either.
-                files.filter(|files| files.len() == fragments.len())
+                fragments.iter().map(|f| f.files.first().map(|file| file.path.clone())).collect()
             }
             _ => None,
         };
@@ -1361,34 +1358,34 @@ impl JudgeAtWrite {
 
     /// [`JudgeAtWrite::head_read_back`] for an append, all of whose writers in between the screen
     /// settles:
-    /// * Lance builds an append's manifest from the head by adding our fragments at the end of the
-    ///   list, in the order handed, under fresh ids past the head's high-water mark, and keeps the
-    ///   head's schema, config and other fragments (lance-table 14.0.2,
-    ///   `transaction/manifest_build.rs`, `Operation::Append`); so the head is that manifest less
-    ///   its last fragments, when they are ours (told apart by their data files), with the
-    ///   high-water mark below our first id.
+    /// * Lance builds an append's manifest from the head by adding our fragments under fresh ids
+    ///   past the head's high-water mark, in the order handed, and keeps the head's schema, config
+    ///   and other fragments; it then sorts the list by id (lance-table 14.0.2,
+    ///   `transaction/manifest_build.rs`, `Operation::Append` and the sort after every build). So
+    ///   the head is that manifest less its last fragments, when they are ours (their first data
+    ///   files, in the order handed), with the high-water mark below our first id.
     /// * A settled writer runs no rebase, so the head is read only to validate our inserts, against
     ///   the table's class and key (config and schema), which the manifest carries exactly.
     /// * The index list is the one written with the manifest (none handed: no index): an append
     ///   can change only its MemWAL entry, which no insert check reads.
     ///
-    /// This runs inside the window before the manifest put. Only our fragments' files are looked
-    /// up; the head's fragments are passed over for their ids alone (hashing every fragment's
-    /// path took 1.8 to 2.1 ms of the judgement at 10,000 fragments, `design/benchmarks.md`).
+    /// This runs inside the window before the manifest put. Only our fragments' files are compared;
+    /// the head's fragments are passed over for their ids alone (reading the head back by hashing
+    /// every fragment's path took 1.8 to 2.1 ms at 10,000 fragments, `design/benchmarks.md`).
     fn append_head_read_back(
         &self,
         built: &Built<'_>,
         peers: &[Peer],
-        appended: &HashSet<String>,
+        appended: &[String],
     ) -> Option<lance_actions::TableState> {
         if !peers.iter().all(|peer| self.fixed.prepared().rules_out(peer)) {
             return None;
         }
-        let first_ours = ours_at_the_end(&built.manifest.fragments, appended)?;
+        let ours = ours_at_the_end(&built.manifest.fragments, appended)?;
+        let first_ours = ours.iter().map(|f| f.id).min()?;
         // Lance hands no index list for a table without indices (`write_manifest_file`).
         let mut state = lance_actions::TableState::from_manifest(built.manifest, built.indices.unwrap_or_default());
-        let all = built.manifest.fragments.len();
-        for fragment in &built.manifest.fragments[all - appended.len()..] {
+        for fragment in ours {
             state.fragments.remove(&fragment.id);
         }
         state.version = built.head();
@@ -1544,19 +1541,21 @@ fn alike_but_deletion_files(
         })
 }
 
-/// The first id of our fragments in `built`, a manifest Lance built for our append, when they are
-/// its last `appended.len()` fragments, each with its first data file one of `appended` (so every
-/// fragment we handed, once), and every fragment before them has a lower id: `None` when the build
-/// is not that ([`JudgeAtWrite::append_head_read_back`]).
-fn ours_at_the_end(built: &[lance_table::format::Fragment], appended: &HashSet<String>) -> Option<u64> {
+/// Our fragments in `built`, a manifest Lance built for our append: its last `appended.len()`
+/// fragments, when their first data files are `appended` in that order and every fragment before
+/// them has a lower id than any of them; `None` when the build is not that
+/// ([`JudgeAtWrite::append_head_read_back`]). A head fragment that shares a file with ours shifts
+/// the window and fails the comparison.
+fn ours_at_the_end<'a>(
+    built: &'a [lance_table::format::Fragment],
+    appended: &[String],
+) -> Option<&'a [lance_table::format::Fragment]> {
     let head_len = built.len().checked_sub(appended.len())?;
     let (head, ours) = built.split_at(head_len);
-    let mut found = HashSet::with_capacity(ours.len());
-    let all_ours = ours
-        .iter()
-        .all(|f| f.files.first().is_some_and(|file| appended.contains(&file.path) && found.insert(&file.path)));
     let first_ours = ours.iter().map(|f| f.id).min()?;
-    (all_ours && head.iter().all(|f| f.id < first_ours)).then_some(first_ours)
+    let files_match =
+        ours.iter().zip(appended).all(|(f, handed)| f.files.first().is_some_and(|file| file.path == *handed));
+    (files_match && head.iter().all(|f| f.id < first_ours)).then_some(ours)
 }
 
 /// The fragments whose deletion vector `txn` changes.
@@ -1805,8 +1804,6 @@ async fn merge_deletion_vectors(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
     use lance_table::format::{DataFile, Fragment};
 
     use super::{ours_at_the_end, puts_per_window};
@@ -1817,33 +1814,44 @@ mod tests {
         f
     }
 
-    fn files(paths: &[&str]) -> HashSet<String> {
+    fn files(paths: &[&str]) -> Vec<String> {
         paths.iter().map(|p| p.to_string()).collect()
+    }
+
+    fn ids(ours: Option<&[Fragment]>) -> Option<Vec<u64>> {
+        ours.map(|ours| ours.iter().map(|f| f.id).collect())
     }
 
     #[test]
     fn an_append_is_read_back_from_the_last_fragments_when_they_are_ours() {
         let built = [fragment(0, "h0"), fragment(3, "h3"), fragment(4, "a"), fragment(5, "b")];
-        assert_eq!(ours_at_the_end(&built, &files(&["a", "b"])), Some(4));
-        assert_eq!(ours_at_the_end(&built, &files(&["b"])), Some(5), "one of ours, the last");
-        let compacted = [fragment(7, "h7"), fragment(2, "h2"), fragment(8, "a")];
-        assert_eq!(ours_at_the_end(&compacted, &files(&["a"])), Some(8), "the head's ids need no order");
+        assert_eq!(ids(ours_at_the_end(&built, &files(&["a", "b"]))), Some(vec![4, 5]));
+        assert_eq!(ids(ours_at_the_end(&built, &files(&["b"]))), Some(vec![5]), "one of ours, the last");
+        let one_file_twice = [fragment(0, "h0"), fragment(4, "a"), fragment(5, "a")];
+        assert_eq!(ids(ours_at_the_end(&one_file_twice, &files(&["a", "a"]))), Some(vec![4, 5]), "both handed");
+        let shared_below = [fragment(2, "a"), fragment(4, "a")];
+        assert_eq!(ids(ours_at_the_end(&shared_below, &files(&["a"]))), Some(vec![4]), "the head's own is the head's");
     }
 
     #[test]
     fn an_append_is_not_read_back_when_the_last_fragments_are_not_exactly_ours() {
         let built = [fragment(0, "h0"), fragment(4, "a"), fragment(5, "b")];
-        assert_eq!(ours_at_the_end(&built, &files(&["a", "x"])), None, "a fragment of ours missing");
-        assert_eq!(ours_at_the_end(&built, &files(&["h0", "a", "b", "c"])), None, "more handed than built");
-        assert_eq!(ours_at_the_end(&built, &files(&[])), None, "nothing handed");
+        assert_eq!(ids(ours_at_the_end(&built, &files(&["a", "x"]))), None, "a fragment of ours missing");
+        assert_eq!(ids(ours_at_the_end(&built, &files(&["b", "a"]))), None, "not in the order handed");
+        assert_eq!(ids(ours_at_the_end(&built, &files(&["h0", "a", "b", "c"]))), None, "more handed than built");
+        assert_eq!(ids(ours_at_the_end(&built, &files(&[]))), None, "nothing handed");
         let not_last = [fragment(4, "a"), fragment(5, "h5")];
-        assert_eq!(ours_at_the_end(&not_last, &files(&["a"])), None, "ours is not at the end");
+        assert_eq!(ids(ours_at_the_end(&not_last, &files(&["a"]))), None, "ours is not at the end");
         let head_above = [fragment(9, "h9"), fragment(4, "a")];
-        assert_eq!(ours_at_the_end(&head_above, &files(&["a"])), None, "a head fragment above our first id");
-        let twice = [fragment(0, "h0"), fragment(4, "a"), fragment(5, "a")];
-        assert_eq!(ours_at_the_end(&twice, &files(&["a", "b"])), None, "one file twice is not two of ours");
+        assert_eq!(ids(ours_at_the_end(&head_above, &files(&["a"]))), None, "a head fragment above our first id");
+        let twice_handed_once_built = [fragment(0, "h0"), fragment(5, "a")];
+        assert_eq!(ids(ours_at_the_end(&twice_handed_once_built, &files(&["a", "a"]))), None, "one of two missing");
         let no_file = [fragment(0, "h0"), Fragment::new(4)];
-        assert_eq!(ours_at_the_end(&no_file, &files(&["a"])), None, "a fragment without a data file");
+        assert_eq!(ids(ours_at_the_end(&no_file, &files(&["a"]))), None, "a fragment without a data file");
+        // Lance's mark below an id present (never written by Lance): a head fragment sharing our
+        // file shifts the window.
+        let intruder = [fragment(0, "h0"), fragment(5, "a"), fragment(6, "b"), fragment(7, "a")];
+        assert_eq!(ids(ours_at_the_end(&intruder, &files(&["a", "b"]))), None, "a head fragment inside the window");
     }
 
     /// The store for `uri`, opened without a request (an S3 bucket's region is given).

@@ -80,12 +80,7 @@ struct States {
 
 impl Default for States {
     fn default() -> Self {
-        Self {
-            states: OldestFirst::new(
-                MAX_STATES,
-                std::env::var("LA_MAXFRAG").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_FRAGMENTS),
-            ),
-        }
+        Self { states: OldestFirst::new(MAX_STATES, MAX_FRAGMENTS) }
     }
 }
 
@@ -107,7 +102,7 @@ fn lock() -> std::sync::MutexGuard<'static, States> {
 
 /// The state of `dataset`'s version: remembered, or read ([`table_state`]) and then remembered.
 pub async fn state_of(dataset: &Dataset) -> Result<Arc<TableState>> {
-    let key = Key::of(dataset);
+    let key = Key::of(dataset).filter(|_| dataset.manifest().fragments.len() <= MAX_STATE_FRAGMENTS);
     let hit = key.as_ref().and_then(|key| lock().states.get(key).cloned());
     if let Some(state) = hit {
         debug_check(dataset, &state).await;
@@ -156,6 +151,10 @@ fn as_stored(state: &mut TableState) -> bool {
 pub fn remember_landed(landed: &Dataset) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return;
+    }
+    // A state too large to be remembered is not read for nothing.
+    if landed.manifest().fragments.len() > MAX_STATE_FRAGMENTS {
         return;
     }
     let Some(key) = Key::of(landed) else { return };
