@@ -1381,8 +1381,7 @@ impl JudgeAtWrite {
         if !peers.iter().all(|peer| self.fixed.prepared().rules_out(peer)) {
             return None;
         }
-        let ours = ours_at_the_end(&built.manifest.fragments, appended)?;
-        let first_ours = ours.iter().map(|f| f.id).min()?;
+        let (ours, first_ours) = ours_at_the_end(&built.manifest.fragments, appended)?;
         // Lance hands no index list for a table without indices (`write_manifest_file`).
         let mut state = lance_actions::TableState::from_manifest(built.manifest, built.indices.unwrap_or_default());
         for fragment in ours {
@@ -1541,21 +1540,21 @@ fn alike_but_deletion_files(
         })
 }
 
-/// Our fragments in `built`, a manifest Lance built for our append: its last `appended.len()`
-/// fragments, when their first data files are `appended` in that order and every fragment before
-/// them has a lower id than any of them; `None` when the build is not that
-/// ([`JudgeAtWrite::append_head_read_back`]). A head fragment that shares a file with ours shifts
-/// the window and fails the comparison.
+/// Our fragments in `built`, a manifest Lance built for our append, and the lowest id among them:
+/// its last `appended.len()` fragments, when their first data files are `appended` in that order
+/// and every fragment before them has a lower id than any of them; `None` when the build is not
+/// that ([`JudgeAtWrite::append_head_read_back`]). A head fragment that shares a file with ours
+/// shifts the window and fails the comparison.
 fn ours_at_the_end<'a>(
     built: &'a [lance_table::format::Fragment],
     appended: &[String],
-) -> Option<&'a [lance_table::format::Fragment]> {
+) -> Option<(&'a [lance_table::format::Fragment], u64)> {
     let head_len = built.len().checked_sub(appended.len())?;
     let (head, ours) = built.split_at(head_len);
     let first_ours = ours.iter().map(|f| f.id).min()?;
     let files_match =
         ours.iter().zip(appended).all(|(f, handed)| f.files.first().is_some_and(|file| file.path == *handed));
-    (files_match && head.iter().all(|f| f.id < first_ours)).then_some(ours)
+    (files_match && head.iter().all(|f| f.id < first_ours)).then_some((ours, first_ours))
 }
 
 /// The fragments whose deletion vector `txn` changes.
@@ -1818,8 +1817,12 @@ mod tests {
         paths.iter().map(|p| p.to_string()).collect()
     }
 
-    fn ids(ours: Option<&[Fragment]>) -> Option<Vec<u64>> {
-        ours.map(|ours| ours.iter().map(|f| f.id).collect())
+    /// The ids found ours, after checking that the first id reported is the lowest of them.
+    fn ids(found: Option<(&[Fragment], u64)>) -> Option<Vec<u64>> {
+        found.map(|(ours, first)| {
+            assert_eq!(ours.iter().map(|f| f.id).min(), Some(first), "the first id reported is the lowest");
+            ours.iter().map(|f| f.id).collect()
+        })
     }
 
     #[test]
