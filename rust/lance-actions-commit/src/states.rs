@@ -87,11 +87,17 @@ impl Default for States {
 impl States {
     /// A version's state never changes: the first reading stays.
     fn insert(&mut self, key: Key, state: Arc<TableState>) {
-        if state.fragments.len() <= MAX_STATE_FRAGMENTS && !self.states.contains_key(&key) {
+        if may_remember(state.fragments.len()) && !self.states.contains_key(&key) {
             let size = state.fragments.len();
             self.states.insert(key, state, size);
         }
     }
+}
+
+/// Whether a state of `fragments` fragments is remembered at all ([`MAX_STATE_FRAGMENTS`]): checked
+/// where one is stored, and before reading or looking up one that never would be.
+fn may_remember(fragments: usize) -> bool {
+    fragments <= MAX_STATE_FRAGMENTS
 }
 
 /// The lock, even when a thread panicked holding it: every change under it keeps the bound.
@@ -102,7 +108,7 @@ fn lock() -> std::sync::MutexGuard<'static, States> {
 
 /// The state of `dataset`'s version: remembered, or read ([`table_state`]) and then remembered.
 pub async fn state_of(dataset: &Dataset) -> Result<Arc<TableState>> {
-    let key = Key::of(dataset).filter(|_| dataset.manifest().fragments.len() <= MAX_STATE_FRAGMENTS);
+    let key = Key::of(dataset).filter(|_| may_remember(dataset.manifest().fragments.len()));
     let hit = key.as_ref().and_then(|key| lock().states.get(key).cloned());
     if let Some(state) = hit {
         debug_check(dataset, &state).await;
@@ -154,7 +160,7 @@ pub fn remember_landed(landed: &Dataset) {
         return;
     }
     // A state too large to be remembered is not read for nothing.
-    if landed.manifest().fragments.len() > MAX_STATE_FRAGMENTS {
+    if !may_remember(landed.manifest().fragments.len()) {
         return;
     }
     let Some(key) = Key::of(landed) else { return };
